@@ -1,0 +1,143 @@
+"""KL calibration cost in Paddle PTQ: abs_max vs KL (fast search) vs KL (Paddle's reference).
+
+MobileNetV2 (random weights) exported as a legacy program, 32 calibration crops (224x224)
+from sklearn's two sample photos, 4 batches of 8. One run, one table:
+
+    .venv/bin/python benchmarks/kl_calibration.py                   # abs_max, KL-fast
+    .venv/bin/python benchmarks/kl_calibration.py --with-reference  # + KL reference (~5 min)
+
+With --with-reference the KL-fast thresholds are also checked equal to the reference's.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["FLAGS_enable_pir_api"] = "0"      # legacy ProgramDesc (TOOLCHAIN.md)
+os.environ.setdefault("GLOG_minloglevel", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def calibration_batches(n: int = 32, batch: int = 8, size: int = 224, seed: int = 0):
+    from sklearn.datasets import load_sample_images
+
+    images = load_sample_images().images            # two 427x640x3 uint8 photos
+    rng = np.random.default_rng(seed)
+    crops = []
+    for k in range(n):
+        img = images[k % len(images)]
+        y = int(rng.integers(0, img.shape[0] - size + 1))
+        x = int(rng.integers(0, img.shape[1] - size + 1))
+        crop = img[y:y + size, x:x + size].astype(np.float32) / 255.0
+        if rng.random() < 0.5:
+            crop = crop[:, ::-1]
+        crops.append(((crop - MEAN) / STD).transpose(2, 0, 1))
+    data = np.ascontiguousarray(np.stack(crops), dtype=np.float32)
+    return [data[i:i + batch] for i in range(0, n, batch)]
+
+
+def export_mobilenet_v2(out_dir: Path) -> Path:
+    import paddle
+
+    paddle.disable_static()
+    paddle.seed(0)
+    net = paddle.vision.models.mobilenet_v2(pretrained=False)
+    net.eval()
+    prefix = out_dir / "model"
+    paddle.jit.save(net, str(prefix),
+                    input_spec=[paddle.static.InputSpec([None, 3, 224, 224], "float32", name="x")])
+    assert (out_dir / "model.pdmodel").is_file(), "export did not write a legacy program"
+    return out_dir
+
+
+def run_ptq(model_dir: Path, out_dir: Path, batches, algo: str):
+    """One PTQ run; returns (seconds, {var_name: threshold})."""
+    import paddle
+    from paddle.static.quantization import PostTrainingQuantization
+
+    paddle.enable_static()
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        t0 = time.perf_counter()
+        ptq = PostTrainingQuantization(
+            executor=exe, scope=scope, model_dir=str(model_dir),
+            model_filename="model.pdmodel", params_filename="model.pdiparams",
+            data_loader=lambda: ({"x": b} for b in batches), batch_nums=len(batches),
+            algo=algo, onnx_format=False, weight_quantize_type="channel_wise_abs_max",
+        )
+        with contextlib.redirect_stderr(io.StringIO()):   # tqdm bars
+            ptq.quantize()
+        ptq.save_quantized_model(str(out_dir), model_filename="model.pdmodel",
+                                 params_filename="model.pdiparams")
+        seconds = time.perf_counter() - t0
+    thresholds = dict(ptq._quantized_var_threshold or ptq._quantized_threshold)
+    return seconds, thresholds
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--with-reference", action="store_true",
+                    help="also run KL with Paddle's own (slow, ~5 min) threshold search")
+    args = ap.parse_args(argv)
+
+    import warnings
+    warnings.filterwarnings("ignore")
+    import paddle
+    paddle.set_device("cpu")
+    from edgeforge.quant.kl import fast_kl
+
+    batches = calibration_batches()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model_dir = export_mobilenet_v2(tmp / "fp32")
+        t_abs, _ = run_ptq(model_dir, tmp / "abs_max", batches, "abs_max")
+        rows.append(("abs_max", t_abs))
+        with fast_kl():
+            t_fast, th_fast = run_ptq(model_dir, tmp / "kl_fast", batches, "KL")
+        rows.append(("KL, fast_kl()", t_fast))
+        same = None
+        if args.with_reference:
+            t_ref, th_ref = run_ptq(model_dir, tmp / "kl_ref", batches, "KL")
+            rows.append(("KL, Paddle reference", t_ref))
+            same = th_ref.keys() == th_fast.keys() and all(
+                np.array_equal(np.asarray(th_ref[k]), np.asarray(th_fast[k])) for k in th_ref)
+
+    title = "Paddle PTQ on MobileNetV2, 32 calibration images (4 x 8), 2048-bin histograms"
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for col in ("method", "seconds", "/ abs_max"):
+            table.add_column(col, justify="right" if col != "method" else "left")
+        for name, sec in rows:
+            table.add_row(name, f"{sec:.2f}", f"{sec / t_abs:.2f}x")
+        Console().print(table)
+    except ImportError:
+        print(title)
+        for name, sec in rows:
+            print(f"  {name:<22} {sec:8.2f} s  {sec / t_abs:6.2f}x")
+    ratio = t_fast / t_abs
+    print(f"KL-fast / abs_max = {ratio:.2f}x (goal <= 1.5x: {'met' if ratio <= 1.5 else 'NOT met'})")
+    if same is not None:
+        print(f"KL-fast thresholds identical to the reference's: {same}")
+        if not same:
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Shared helpers for reading TOML into typed, strict models.
+
+Unknown keys are errors, and the error suggests the closest valid key.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tomli
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base for every config model: unknown keys are refused, instances are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def closest(name: str, choices) -> str | None:
+    found = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.5)
+    return found[0] if found else None
+
+
+def did_you_mean(name: str, choices) -> str:
+    near = closest(name, choices)
+    return f" (did you mean '{near}'?)" if near else ""
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomli.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except tomli.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """Walk a pydantic model along an error location to the model that owns the last key."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        args = getattr(ann, "__args__", ()) or ()
+        candidates = [ann, *args]
+        nxt = None
+        for cand in candidates:
+            inner = getattr(cand, "__args__", ()) or ()
+            for c in [cand, *inner]:
+                if isinstance(c, type) and issubclass(c, BaseModel):
+                    nxt = c
+                    break
+            if nxt:
+                break
+        current = nxt
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def parse_model(model: type[M], data: dict[str, Any], source: str) -> M:
+    """Validate ``data`` into ``model``; turn the first problem into a one-line ConfigError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if err.get("type") == "extra_forbidden":
+            owner = _model_at(model, loc)
+            choices = list(owner.model_fields) if owner else []
+            raise ConfigError(
+                f"{source}: unknown key '{where}'{did_you_mean(loc[-1], choices)}"
+            ) from None
+        if err.get("type") == "missing":
+            raise ConfigError(f"{source}: missing required key '{where}'") from None
+        msg = err.get("msg", "invalid value")
+        raise ConfigError(f"{source}: {where}: {msg}") from None

@@ -1,0 +1,54 @@
+"""Importing paddle the way edgeforge needs it: legacy (non-PIR) programs, quiet logs."""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+os.environ["FLAGS_enable_pir_api"] = "0"          # legacy ProgramDesc, readable by Lite and PTQ
+os.environ.setdefault("GLOG_minloglevel", "2")
+os.environ.setdefault("GLOG_v", "0")
+
+
+def import_paddle():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import paddle
+    paddle.set_device("cpu")
+    return paddle
+
+
+@contextlib.contextmanager
+def static_mode():
+    paddle = import_paddle()
+    was_dynamic = paddle.in_dynamic_mode()
+    paddle.enable_static()
+    try:
+        yield paddle
+    finally:
+        if was_dynamic:
+            paddle.disable_static()
+
+
+def load_program(model_dir, exe=None):
+    """Load a legacy inference program saved as model_dir/model.pdmodel + .pdiparams."""
+    paddle = import_paddle()
+    exe = exe or paddle.static.Executor(paddle.CPUPlace())
+    prog, feeds, fetches = paddle.static.load_inference_model(str(model_dir / "model"), exe)
+    return exe, prog, feeds, fetches
+
+
+def paddle_inference(model_dir, feeds: dict, batch: int = 64) -> list:
+    """Run the static program with the Paddle executor on ``feeds``; outputs in fetch order."""
+    import numpy as np
+
+    with static_mode() as paddle:
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            exe, prog, feed_names, fetches = load_program(model_dir)
+            n = len(next(iter(feeds.values())))
+            chunks: list[list] = []
+            for i in range(0, n, batch):
+                out = exe.run(prog, feed={k: feeds[k][i:i + batch] for k in feed_names}, fetch_list=fetches)
+                chunks.append([np.asarray(o) for o in out])
+    return [np.concatenate([c[j] for c in chunks]) for j in range(len(chunks[0]))]

@@ -1,0 +1,74 @@
+"""convert.onnx: paddle2onnx to ``model.onnx`` (in a child process), then optional fp16."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..errors import PassError
+from ..native import run_native
+from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
+
+
+def _p2o(model_dir: str, out_file: str, opset: int) -> int:
+    import paddle2onnx
+
+    paddle2onnx.export(f"{model_dir}/model.pdmodel", f"{model_dir}/model.pdiparams", out_file,
+                       opset_version=opset, enable_onnx_checker=True, deploy_backend="onnxruntime")
+    return 0
+
+
+class OnnxConfig(PassConfig):
+    opset: int = 13
+
+
+@register
+class OnnxConvertPass(Pass):
+    name = "convert.onnx"
+    version = 1
+    consumes = frozenset({PADDLE_FLOAT})
+    produces = ONNX
+    Config = OnnxConfig
+
+    def target_facts(self, ctx: PassContext):
+        return {"backend": "onnx", "opset": self.config.opset}
+
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        from .legalize_hooks import suspects_for
+
+        out = out_dir / "model.onnx"
+        ctx.log(f"paddle2onnx opset {self.config.opset}")
+        run_native(self.name, "paddle2onnx", _p2o, (str(inp.path), str(out), self.config.opset),
+                   out_dir / "paddle2onnx.log", suspects=lambda: suspects_for(inp.path, "onnx", []))
+        (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
+        if not out.is_file():
+            raise PassError(self.name, "paddle2onnx wrote no model.onnx")
+        size = out.stat().st_size
+        return {"file": out.name, "precision": "fp32", "float_size_bytes": size,
+                **{k: v for k, v in inp.meta.items() if k in ("rewrites",)}}
+
+
+class Fp16Config(PassConfig):
+    keep_io_types: bool = True
+
+
+@register
+class OnnxFp16Pass(Pass):
+    name = "fp16.onnx"
+    version = 1
+    consumes = frozenset({ONNX})
+    produces = ONNX
+    Config = Fp16Config
+
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = onnx.load(str(inp.path / "model.onnx"))
+        half = convert_float_to_float16(model, keep_io_types=self.config.keep_io_types)
+        onnx.save(half, str(out_dir / "model.onnx"))
+        return dict(inp.meta, precision="fp16")
+
+
+def copy_artifact(src: Path, dst: Path) -> None:
+    for p in src.iterdir():
+        (shutil.copytree if p.is_dir() else shutil.copy2)(p, dst / p.name)

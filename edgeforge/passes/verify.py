@@ -1,0 +1,103 @@
+"""verify: a numeric check on the host wherever the host can run the artifact.
+
+It runs the float program under Paddle Inference on the evaluation set (the reference), runs the
+artifact with the host runtime (onnxruntime; Paddle Lite x86 for float x86 builds), and compares
+them with the same code the on-device runner uses. An ARM ``.nb`` is marked ``device-only``; its
+reference data still ships so the device runner can measure drift there.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+from pydantic import Field
+
+from ..cache import sha256_file
+from ..native import run_native
+from ..paddle_env import paddle_inference
+from ..runner import edgeforge_runner as runner
+from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
+
+
+class VerifyConfig(PassConfig):
+    host_runnable: bool = True
+    max_accuracy_drop: float = Field(1.0, ge=0)      # points, when labels exist
+    min_cosine: float = 0.99                           # INT8/FP16 without labels
+    float_rel_tolerance: float = 1e-4                  # float artifacts vs Paddle Inference
+    data_digest: str = ""
+
+
+def _lite_outputs(model_path: str, names: list[str], feeds: dict):
+    run = runner.lite_predictor(model_path, input_names=names)
+    return run.runtime, runner.predict_all(run, feeds)
+
+
+@register
+class VerifyPass(Pass):
+    name = "verify"
+    version = 1
+    consumes = frozenset({LITE_NB, ONNX})
+    produces = VERIFIED
+    Config = VerifyConfig
+
+    def target_facts(self, ctx: PassContext):
+        return {"backend": ctx.backend}
+
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        cfg: VerifyConfig = self.config
+        data = ctx.project.load_data("evaluation")
+        names = [s.name for s in ctx.project.inputs]
+        feeds = {k: data[k] for k in names}
+        labels = data.get("labels")
+        float_dir = ctx.history[PADDLE_FLOAT].path
+        ctx.log(f"Paddle Inference reference on {len(feeds[names[0]])} evaluation samples")
+        reference = paddle_inference(float_dir, feeds)
+
+        ref_dir = out_dir / "reference"
+        ref_dir.mkdir()
+        np.savez(ref_dir / "eval_inputs.npz", **feeds, **({"labels": labels} if labels is not None else {}))
+        np.savez(ref_dir / "float_outputs.npz", **{f"output_{i}": o for i, o in enumerate(reference)})
+        artifact_file = inp.meta["file"]
+        shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
+        precision = inp.meta.get("precision", "fp32")
+
+        result = {"status": "device-only", "top1_agreement": None, "accuracy": None, "float_accuracy": None,
+                  "accuracy_drop": None, "max_abs_error": None, "rel_max_abs_error": None, "cosine": None,
+                  "runtime": None}
+        if cfg.host_runnable:
+            if ctx.backend == "onnx":
+                run = runner.onnx_predictor(out_dir / artifact_file, threads=None, providers=["CPUExecutionProvider"])
+                ctx.log(f"running {artifact_file} under onnxruntime on the host")
+                outs = runner.predict_all(run, feeds)
+                runtime = run.runtime
+            else:
+                # Paddle Lite aborts its process on some inputs: run it in a child.
+                ctx.log(f"running {artifact_file} under Paddle Lite (x86) on the host")
+                runtime, outs = run_native(self.name, "Paddle Lite x86 runtime", _lite_outputs,
+                                           (str(out_dir / artifact_file), names, feeds),
+                                           ctx.workdir / "verify-lite.log")
+            m = runner.drift_metrics(outs, reference, labels)
+            m.pop("outputs", None)
+            result.update(m, runtime=runtime)
+            if precision == "fp32":
+                ok = (m["rel_max_abs_error"] or 0.0) <= cfg.float_rel_tolerance
+                reason = f"float output differs from Paddle Inference by {m['rel_max_abs_error']:.2e} (relative)"
+            elif m.get("accuracy_drop") is not None:
+                ok = m["accuracy_drop"] <= cfg.max_accuracy_drop
+                reason = f"accuracy drop {m['accuracy_drop']:.2f} points > budget {cfg.max_accuracy_drop}"
+            else:
+                ok = m["cosine"] >= cfg.min_cosine
+                reason = f"cosine {m['cosine']:.4f} < {cfg.min_cosine}"
+            result["status"] = "passed" if ok else "failed"
+            if not ok:
+                result["reason"] = reason
+        else:
+            # Float accuracy of the reference is still worth reporting.
+            if labels is not None and reference[0].ndim == 2:
+                result["float_accuracy"] = float(np.mean(reference[0].argmax(1) == labels))
+        meta = {k: v for k, v in inp.meta.items()}
+        meta["verify"] = result
+        meta["num_eval_samples"] = int(len(feeds[names[0]]))
+        meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)
+        return meta

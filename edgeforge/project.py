@@ -1,0 +1,137 @@
+"""A model project: a directory with an ``edgeforge.toml`` (factory, weights, inputs, data)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from .config import Strict, parse_model, read_toml
+from .errors import ConfigError
+
+PROJECT_FILE = "edgeforge.toml"
+DTypes = Literal["float32", "float16", "int64", "int32", "uint8"]
+
+
+class InputSpec(Strict):
+    name: str
+    shape: list[int]
+    dtype: DTypes = "float32"
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, v):
+        if not v or any(d == 0 or d < -1 for d in v):
+            raise ValueError("dimensions must be positive, or -1 for a free (batch) dimension")
+        return v
+
+
+class ModelSection(Strict):
+    factory: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    weights: Optional[str] = None
+    inputs: list[InputSpec] = Field(min_length=1)
+
+
+class DataSection(Strict):
+    calibration: str
+    evaluation: str
+
+
+class ProjectSpec(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    model: ModelSection
+    data: DataSection
+
+
+class Project:
+    """A loaded project: the spec plus the directory it lives in."""
+
+    def __init__(self, root: Path, spec: ProjectSpec):
+        self.root = root
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def inputs(self) -> list[InputSpec]:
+        return self.spec.model.inputs
+
+    def path(self, rel: str) -> Path:
+        p = Path(rel).expanduser()
+        return p if p.is_absolute() else self.root / p
+
+    @property
+    def weights(self) -> Path | None:
+        return self.path(self.spec.model.weights) if self.spec.model.weights else None
+
+    def source_files(self) -> list[Path]:
+        """Files whose contents define the model: the toml, python sources and the weights."""
+        files = [self.root / PROJECT_FILE]
+        files += sorted(p for p in self.root.rglob("*.py") if "__pycache__" not in p.parts)
+        if self.weights is not None:
+            files.append(self.weights)
+        return files
+
+    def load_data(self, which: Literal["calibration", "evaluation"]) -> dict[str, np.ndarray]:
+        """Load a data set and check it against the input specs. Returns {name: array, [labels]}."""
+        rel = getattr(self.spec.data, which)
+        path = self.path(rel)
+        if not path.is_file():
+            raise ConfigError(
+                f"{which} data not found: {path}",
+                hint=f"create it (one array per input name, first axis = samples) or fix [data].{which} in {PROJECT_FILE}",
+            )
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is a config error
+            raise ConfigError(f"{which} data {path} is not a readable .npz of arrays: {exc}") from None
+        count = None
+        for spec in self.inputs:
+            if spec.name not in arrays:
+                raise ConfigError(
+                    f"{which} data {path.name} has no array '{spec.name}' (has: {', '.join(sorted(arrays)) or 'nothing'})",
+                    hint="save one array per model input, named as in [[model.inputs]]",
+                )
+            arr = arrays[spec.name]
+            if str(arr.dtype) != spec.dtype:
+                raise ConfigError(
+                    f"{which} data '{spec.name}' has dtype {arr.dtype}, the model input wants {spec.dtype}",
+                    hint=f"convert it with arr.astype('{spec.dtype}')",
+                )
+            want = spec.shape
+            if arr.ndim != len(want) or any(w != -1 and w != a for w, a in zip(want[1:], arr.shape[1:])):
+                raise ConfigError(
+                    f"{which} data '{spec.name}' has shape {list(arr.shape)}, the model input wants "
+                    f"{want} (first axis = samples)",
+                )
+            if arr.shape[0] == 0:
+                raise ConfigError(f"{which} data '{spec.name}' holds no samples")
+            if count is not None and arr.shape[0] != count:
+                raise ConfigError(f"{which} data arrays disagree on the number of samples")
+            count = arr.shape[0]
+        if "labels" in arrays:
+            labels = arrays["labels"]
+            if labels.ndim != 1 or labels.shape[0] != count or not np.issubdtype(labels.dtype, np.integer):
+                raise ConfigError(f"{which} data 'labels' must be a 1-D integer array with one label per sample")
+        known = {s.name for s in self.inputs} | {"labels"}
+        return {k: v for k, v in arrays.items() if k in known}
+
+
+def load_project(path: str | Path) -> Project:
+    root = Path(path).expanduser()
+    if root.is_file() and root.name == PROJECT_FILE:
+        root = root.parent
+    toml = root / PROJECT_FILE
+    if not root.is_dir():
+        raise ConfigError(f"project directory not found: {root}")
+    if not toml.is_file():
+        raise ConfigError(f"{root} is not an edgeforge project: no {PROJECT_FILE} in it")
+    spec = parse_model(ProjectSpec, read_toml(toml), str(toml))
+    names = [i.name for i in spec.model.inputs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{toml}: input names must be unique")
+    return Project(root.resolve(), spec)

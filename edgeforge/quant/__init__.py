@@ -1,0 +1,1 @@
+"""Quantization helpers: a fast, semantics-preserving KL calibration search for Paddle PTQ."""
