@@ -48,7 +48,8 @@ def project_artifact(project: Project):
 
 def plan_passes(project: Project, target: TargetProfile, backend: str, precision: str,
                 algo: str | None = None, keep_float: list[str] | None = None,
-                max_accuracy_drop: float | None = None):
+                max_accuracy_drop: float | None = None, calibration_search: bool = False,
+                float_fallback: bool = True):
     from .passes.export import ExportPass
     from .passes.legalize_pass import LegalizePass
     from .passes.lite import LiteConvertPass
@@ -61,8 +62,10 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
     qcfg = QuantConfig(algo=algo or q.algo, calibration_batches=q.calibration_batches, batch_size=q.batch_size,
                        per_channel_weights=q.per_channel_weights,
                        keep_float=list(keep_float if keep_float is not None else q.keep_float),
-                       data_digest=sha256_file(project.path(project.spec.data.calibration))
-                       if project.path(project.spec.data.calibration).is_file() else "")
+                       max_accuracy_drop=q.max_accuracy_drop if max_accuracy_drop is None else max_accuracy_drop,
+                       calibration_search=calibration_search, float_fallback=float_fallback,
+                       data_digest=_digest_or_empty(project.path(project.spec.data.calibration)),
+                       eval_digest=_digest_or_empty(project.path(project.spec.data.evaluation)))
     vt = list(getattr(bcfg, "valid_targets", []))
     passes = [ExportPass(), LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt))]
     if backend == "lite":
@@ -81,6 +84,10 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
         max_accuracy_drop=q.max_accuracy_drop if max_accuracy_drop is None else max_accuracy_drop,
         data_digest=sha256_file(eval_path) if eval_path.is_file() else "")))
     return passes
+
+
+def _digest_or_empty(path: Path) -> str:
+    return sha256_file(path) if path.is_file() else ""
 
 
 def resolve_precision(target: TargetProfile, backend: str, precision: str | None) -> str:
@@ -118,8 +125,8 @@ def toolchain_versions() -> dict:
 
 def build(project_dir: str | Path, target: str, *, out: str | Path | None = None, precision: str | None = None,
           backend: str | None = None, no_cache: bool = False, cache_dir: str | Path | None = None,
-          algo: str | None = None, max_accuracy_drop: float | None = None,
-          on_event: Event | None = None, log: Log | None = None) -> BuildResult:
+          algo: str | None = None, max_accuracy_drop: float | None = None, calibration_search: bool = False,
+          float_fallback: bool = True, on_event: Event | None = None, log: Log | None = None) -> BuildResult:
     """Build PROJECT for TARGET. Returns the output directory and its manifest.
 
     Raises ConfigError (bad input) or PassError (a pass failed). The output directory is
@@ -136,7 +143,8 @@ def build(project_dir: str | Path, target: str, *, out: str | Path | None = None
     project.load_data("calibration")
     project.load_data("evaluation")
     source = project_artifact(project)
-    passes = plan_passes(project, profile, backend, precision, algo=algo, max_accuracy_drop=max_accuracy_drop)
+    passes = plan_passes(project, profile, backend, precision, algo=algo, max_accuracy_drop=max_accuracy_drop,
+                         calibration_search=calibration_search, float_fallback=float_fallback)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
     cache = Cache(cache_dir, enabled=not no_cache)
     with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
@@ -178,6 +186,8 @@ def _manifest(project: Project, profile: TargetProfile, backend: str, precision:
                            "bench": profile.bench.model_dump(mode="json")},
         "quantization": meta.get("quantization"),
         "keep_float": meta.get("keep_float", []),
+        "accuracy_budget": meta.get("accuracy_budget"),
+        "calibration_search": meta.get("calibration_search"),
         "rewrites": meta.get("rewrites", []),
         "toolchain": toolchain_versions(),
         "edgeforge_version": __version__,

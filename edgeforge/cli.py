@@ -67,7 +67,9 @@ def cmd_build(args) -> int:
 
         result = api.build(args.project, args.target, out=args.out, precision=args.precision,
                            backend=args.backend, no_cache=args.no_cache, algo=args.calibration,
-                           max_accuracy_drop=args.max_accuracy_drop, on_event=on_event, log=log)
+                           max_accuracy_drop=args.max_accuracy_drop, calibration_search=args.calibration_search,
+                           float_fallback=not args.no_fallback,
+                           on_event=on_event, log=log)
     print_build_summary(result.manifest, result.out_dir)
     if result.verify_status == "failed":
         err.print(f"error: verify failed: {result.manifest['verify'].get('reason')}; "
@@ -116,8 +118,21 @@ def print_build_summary(m: dict, out_dir) -> None:
     applied = [r for r in m.get("rewrites", []) if r.get("ops")]
     if applied:
         con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied))
-    if m.get("keep_float"):
+    ab = m.get("accuracy_budget")
+    if ab and ab.get("keep_float"):
+        cost = ab.get("cost") or {}
+        msg = (f"accuracy budget {ab['budget_points']} points: plain INT8 dropped {ab['initial_drop']:.2f}, "
+               f"kept {len(ab['keep_float'])} layer(s) in float ({', '.join(ab['keep_float'])}) -> drop {ab['final_drop']:.2f}")
+        if cost:
+            msg += (f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB, p50 {cost['p50_ms_int8']:.3f} -> "
+                    f"{cost['p50_ms']:.3f} ms ({cost['latency_note']})")
+        con.print(msg if ab["met"] else f"[red]{msg} — budget still missed[/red]")
+    elif m.get("keep_float"):
         con.print("kept in float: " + ", ".join(m["keep_float"]))
+    if m.get("calibration_search"):
+        con.print("calibration search: " + ", ".join(
+            f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
+            + f" -> {m['quantization']['algo']}")
 
 
 # ---------------------------------------------------------------- targets
@@ -210,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", choices=["lite", "onnx"], help="override the target's default backend")
     b.add_argument("--calibration", choices=["KL", "hist", "mse", "avg", "abs_max"], help="calibration algorithm")
     b.add_argument("--max-accuracy-drop", type=float, help="accuracy budget in points (default: the target's)")
+    b.add_argument("--calibration-search", action="store_true",
+                   help="try KL, hist, mse and avg calibration; keep the best on the evaluation set")
+    b.add_argument("--no-fallback", action="store_true",
+                   help="never keep layers in float; a missed accuracy budget fails the build (exit 1)")
     b.add_argument("--no-cache", action="store_true")
     b.add_argument("--quiet", "-q", action="store_true")
     b.set_defaults(func=cmd_build)

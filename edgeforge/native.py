@@ -7,7 +7,6 @@ where the log or the caller can tell, the op.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import re
 import signal
@@ -26,18 +25,21 @@ _OP_PATTERNS = [
 ]
 
 
-def _child(fn: Callable, args: tuple, log_path: str, conn) -> None:
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
+def _child_main(job_path: str) -> None:
+    """Entry point of the child: ``python -m edgeforge.native JOB``. Runs one function."""
+    import importlib
+    import pickle
+
+    with open(job_path, "rb") as fh:
+        module, name, args = pickle.load(fh)
     try:
-        result = fn(*args)
-        conn.send(("ok", result))
+        fn = getattr(importlib.import_module(module), name)
+        outcome = ("ok", fn(*args))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         traceback.print_exc()
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
+        outcome = ("error", f"{type(exc).__name__}: {exc}")
+    with open(job_path + ".out", "wb") as fh:
+        pickle.dump(outcome, fh)
 
 
 def ops_in_log(text: str) -> list[str]:
@@ -57,27 +59,37 @@ def last_lines(text: str, n: int = 3) -> str:
 def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log_path: Path,
                suspects: Callable[[], list[str]] | None = None, hint: str | None = None,
                timeout: float | None = 1800) -> Any:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(fn, tuple(args), str(log_path), child), daemon=True)
-    proc.start()
-    child.close()
-    result = None
-    if parent.poll(timeout):
-        try:
-            result = parent.recv()
-        except EOFError:
-            result = None
-    proc.join(timeout=30 if result is not None else 5)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        if result is None:
-            raise PassError(pass_name, f"{what} did not finish within {timeout:.0f}s", hint=hint)
+    """Run ``fn(*args)`` (a module-level function) in a fresh Python process.
+
+    The child's stdout/stderr go to ``log_path``. A signal, a non-zero exit or an exception in
+    the child becomes a PassError naming the pass, what ran and, where known, the op.
+    """
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="edgeforge-native-") as tmp:
+        job = Path(tmp) / "job.pkl"
+        with open(job, "wb") as fh:
+            pickle.dump((fn.__module__, fn.__qualname__, tuple(args)), fh)
+        with open(log_path, "wb") as log_fh:
+            try:
+                proc = subprocess.run([sys.executable, "-m", "edgeforge.native", str(job)], stdout=log_fh,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+                code = proc.returncode
+            except subprocess.TimeoutExpired:
+                raise PassError(pass_name, f"{what} did not finish within {timeout:.0f}s", hint=hint) from None
+        result = None
+        out = Path(str(job) + ".out")
+        if out.is_file():
+            with open(out, "rb") as fh:
+                result = pickle.load(fh)
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
-    if result is not None and result[0] == "ok":
+    if result is not None and result[0] == "ok" and code == 0:
         return result[1]
-    code = proc.exitcode
     ops = ops_in_log(log)
     if not ops and suspects is not None:
         try:
@@ -85,7 +97,7 @@ def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log
         except Exception:  # noqa: BLE001 - naming suspects is best effort
             ops = []
     op_note = f" at op {', '.join(ops[:3])}" if ops else ""
-    if result is not None:   # a Python exception inside the child
+    if result is not None and result[0] == "error":   # a Python exception inside the child
         raise PassError(pass_name, f"{what} failed{op_note}: {result[1].splitlines()[0][:300]}",
                         hint=hint or f"see {log_path}")
     if code is not None and code < 0:
@@ -98,3 +110,9 @@ def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log
                          "`edgeforge check` lists the ops this target cannot take",
         )
     raise PassError(pass_name, f"{what} exited with code {code}{op_note}: {last_lines(log)}", hint=hint)
+
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    _child_main(_sys.argv[1])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cache import Cache, digest_tree
+from .cache import Cache, digest_tree, sha256_file, sha256_json
 from .errors import EdgeforgeError, PassError
 from .passes.base import Artifact, Pass, PassContext
 
@@ -23,6 +23,15 @@ class StepRecord:
     def to_json(self) -> dict:
         return {"pass": self.name, "version": self.version, "cache_hit": self.cache_hit,
                 "seconds": round(self.seconds, 3), "cache_key": self.key}
+
+
+def code_digest(p: Pass) -> str:
+    """sha256 of the pass's source file: an edited pass never reuses stale outputs, even if
+    someone forgets to bump its version."""
+    import inspect
+
+    path = inspect.getsourcefile(type(p))
+    return sha256_file(Path(path))[:16] if path else ""
 
 
 def check_chain(passes: Sequence[Pass], first_kind: str) -> None:
@@ -51,8 +60,10 @@ class Pipeline:
         records: list[StepRecord] = []
         for p in self.passes:
             cfg = p.config.model_dump(mode="json")
-            key = self.cache.key(pass_name=p.name, version=p.version, config=cfg,
-                                 target=p.target_facts(ctx), input_digest=current.digest)
+            # The input is its bytes and the provenance it carries (meta flows downstream).
+            input_digest = sha256_json({"content": current.digest, "meta": current.meta})
+            key = self.cache.key(pass_name=p.name, version=f"{p.version}:{code_digest(p)}", config=cfg,
+                                 target=p.target_facts(ctx), input_digest=input_digest)
             emit(p.name, "start", {"key": key})
             t0 = time.perf_counter()
             hit = self.cache.get(key)

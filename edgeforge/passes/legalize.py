@@ -76,6 +76,10 @@ def _set_float_attr(op, name: str, value: float) -> None:
     op.desc._set_float32_attr(name, float(value))  # FLOAT: what Lite's GetAttr<float> wants
 
 
+def _inputs(op, slot: str) -> list[str]:
+    return list(op.desc.input(slot)) if slot in op.desc.input_names() else []
+
+
 def _has_output(op, slot: str) -> bool:
     return slot in op.desc.output_names() and len(op.desc.output(slot)) > 0
 
@@ -130,6 +134,8 @@ class Rewrite:
     valid_targets: frozenset[str] | None
     match: Callable[[Any], bool] = field(repr=False, compare=False)
     fix: Callable[[Any, int, Any], int] = field(repr=False, compare=False)
+    # False: the new op form agrees to float rounding (<= 1 ulp), not bit for bit
+    exact: bool = True
 
     def for_target(self, backend: str, valid_targets: Iterable[str]) -> bool:
         if backend not in self.backends:
@@ -243,6 +249,154 @@ def _fix_flatten_to_reshape2(block, index, op) -> int:
     return 1
 
 
+def _instance_norm_no_stats(op) -> bool:
+    return op.type == "instance_norm" and not (
+        _has_output(op, "SavedMean") and _has_output(op, "SavedVariance"))
+
+
+def _fix_instance_norm_stats(block, index, op) -> int:  # noqa: ARG001
+    """Restore SavedMean/SavedVariance (shape [N*C]); Lite attaches them as required outputs."""
+    x = block._var_recursive(op.desc.input("X")[0])
+    n, c = (list(x.shape) + [-1, -1])[:2]
+    size = n * c if n is not None and c is not None and n > 0 and c > 0 else -1
+    y = op.desc.output("Y")[0]
+    for slot in ("SavedMean", "SavedVariance"):
+        if not _has_output(op, slot):
+            name = _unique_var_name(block, f"{y}.{slot.lower()}")
+            block.create_var(name=name, shape=[size], dtype=x.dtype, persistable=False,
+                             stop_gradient=True)
+            op.desc.set_output(slot, [name])
+    return 1
+
+
+def _is_brelu(op) -> bool:
+    return op.type == "brelu"
+
+
+def _fix_brelu_to_clip(block, index, op) -> int:
+    """brelu(t_min, t_max) is min(max(x, t_min), t_max): exactly clip(min, max)."""
+    x, out = op.desc.input("X")[0], op.desc.output("Out")[0]
+    lo, hi = float(op.attr("t_min")), float(op.attr("t_max"))
+    block._remove_op(index)
+    new = block._insert_op(index, type="clip", inputs={"X": [x]}, outputs={"Out": [out]},
+                           attrs={"min": lo, "max": hi})
+    _strip_extras(new)
+    new.desc._set_float32_attr("min", lo)
+    new.desc._set_float32_attr("max", hi)
+    return 1
+
+
+def _is_pow2(op) -> bool:
+    return (op.type == "pow" and not _inputs(op, "FactorTensor")
+            and float(op.attr("factor")) == 2.0)
+
+
+def _fix_pow2_to_square(block, index, op) -> int:
+    """pow(x, 2) -> square(x): the same product, and Lite's x86 pow kernel returns inf for
+    every negative base (it goes through log)."""
+    x, out = op.desc.input("X")[0], op.desc.output("Out")[0]
+    block._remove_op(index)
+    new = block._insert_op(index, type="square", inputs={"X": [x]}, outputs={"Out": [out]})
+    _strip_extras(new)
+    return 1
+
+
+# ops for which a [1]-shaped operand broadcasts exactly like a 0-D one, given that the
+# other operand has rank >= 1 (the output shape is the other operand's either way)
+_BROADCAST_OPS = frozenset({
+    "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
+    "elementwise_max", "elementwise_min", "elementwise_pow", "elementwise_mod",
+    "elementwise_floordiv", "greater_than", "greater_equal", "less_than", "less_equal",
+    "equal", "not_equal", "where",
+})
+
+
+def _scalar_fill_promotable(op) -> bool:
+    if op.type != "fill_constant" or list(op.attr("shape")) != []:
+        return False
+    if any(_inputs(op, slot) for slot in ("ShapeTensor", "ShapeTensorList", "ValueTensor")):
+        return False
+    block = op.block
+    out = op.desc.output("Out")[0]
+    users = [o for o in block.ops if out in o.desc.input_arg_names()]
+    if not users:
+        return False
+    for user in users:
+        if user.type not in _BROADCAST_OPS:
+            return False  # fetch, reshape, concat ... would see the rank change
+        others = [n for n in user.desc.input_arg_names() if n != out]
+        if not others:
+            return False
+        for n in others:
+            shape = _var_shape(block, n)
+            if shape is None or len(shape) < 1:
+                return False
+    return True
+
+
+def _fix_scalar_fill(block, index, op) -> int:  # noqa: ARG001
+    op.desc._set_int64s_attr("shape", [1])
+    block._var_recursive(op.desc.output("Out")[0]).desc.set_shape([1])
+    return 1
+
+
+def _channel_shuffle_plan(op) -> tuple[list[int], list[int], list[int]] | None:
+    """(shape1, perm, shape2) for channel_shuffle as reshape2 -> transpose2 -> reshape2."""
+    if op.type != "channel_shuffle":
+        return None
+    shape = _var_shape(op.block, op.desc.input("X")[0])
+    groups = int(op.attr("groups"))
+    fmt = op.attr("data_format") if "data_format" in op.desc.attr_names() else "NCHW"
+    if shape is None or len(shape) != 4 or groups <= 0:
+        return None
+    if any(d is None or d <= 0 for d in shape[1:]):
+        return None  # the 0-copy trick only covers the batch dim
+    if fmt == "NCHW":
+        _, c, h, w = shape
+        if c % groups:
+            return None
+        return [0, groups, c // groups, h, w], [0, 2, 1, 3, 4], [0, c, h, w]
+    if fmt == "NHWC":
+        _, h, w, c = shape
+        if c % groups:
+            return None
+        return [0, h, w, groups, c // groups], [0, 1, 2, 4, 3], [0, h, w, c]
+    return None
+
+
+def _fix_channel_shuffle(block, index, op) -> int:
+    plan = _channel_shuffle_plan(op)
+    if plan is None:
+        return 0
+    shape1, perm, shape2 = plan
+    x, out = op.desc.input("X")[0], op.desc.output("Out")[0]
+    xvar = block._var_recursive(x)
+    in_shape = list(xvar.shape)
+    mid_shape = [in_shape[0], *shape1[1:]]
+    t_shape = [mid_shape[i] for i in perm]
+
+    def var(suffix, shp):
+        name = _unique_var_name(block, f"{out}.{suffix}")
+        block.create_var(name=name, shape=shp, dtype=xvar.dtype, persistable=False, stop_gradient=True)
+        return name
+
+    r1, r1x = var("shuffle_r1", mid_shape), var("shuffle_r1.xshape", [0, *in_shape])
+    t1, t1x = var("shuffle_t", t_shape), var("shuffle_t.xshape", [0, *mid_shape])
+    r2x = var("shuffle_r2.xshape", [0, *t_shape])
+    block._remove_op(index)
+    new_ops = [
+        block._insert_op(index, type="reshape2", inputs={"X": [x]},
+                         outputs={"Out": [r1], "XShape": [r1x]}, attrs={"shape": shape1}),
+        block._insert_op(index + 1, type="transpose2", inputs={"X": [r1]},
+                         outputs={"Out": [t1], "XShape": [t1x]}, attrs={"axis": perm}),
+        block._insert_op(index + 2, type="reshape2", inputs={"X": [t1]},
+                         outputs={"Out": [out], "XShape": [r2x]}, attrs={"shape": shape2}),
+    ]
+    for new in new_ops:
+        _strip_extras(new)
+    return 1
+
+
 REWRITES: tuple[Rewrite, ...] = (
     _missing_attrs_rewrite(
         "relu6-threshold", "relu6", {"threshold": 6.0},
@@ -269,6 +423,57 @@ REWRITES: tuple[Rewrite, ...] = (
         valid_targets=None,
         match=_flatten_no_xshape,
         fix=_fix_flatten_xshape,
+    ),
+    Rewrite(
+        name="instance-norm-saved-stats",
+        description="instance_norm: restore the SavedMean/SavedVariance outputs (shape [N*C], "
+                    "not read at inference) that Paddle 3.x no longer writes; Lite aborts "
+                    '"Check failed: is_dispensable || is_have_output" without them.',
+        backends=frozenset({"lite"}),
+        valid_targets=None,
+        match=_instance_norm_no_stats,
+        fix=_fix_instance_norm_stats,
+    ),
+    Rewrite(
+        name="brelu-to-clip",
+        description="brelu (paddle.nn.Hardtanh) -> clip(min=t_min, max=t_max), the same function; "
+                    "Lite has no brelu kernel on arm or x86.",
+        backends=frozenset({"lite"}),
+        valid_targets=None,
+        match=_is_brelu,
+        fix=_fix_brelu_to_clip,
+    ),
+    Rewrite(
+        name="fill-constant-0d",
+        description="fill_constant with shape [] (a 0-D constant, e.g. the 0 in `x > 0`) -> "
+                    "shape [1] when every consumer is a broadcasting elementwise/compare/where "
+                    "op with a rank>=1 other operand. Lite converts the 0-D form but its "
+                    'runtime aborts: "no valid out_shape. Must set one of shape_tensor, or '
+                    'shape_tensor_list, or shape."',
+        backends=frozenset({"lite"}),
+        valid_targets=None,
+        match=_scalar_fill_promotable,
+        fix=_fix_scalar_fill,
+    ),
+    Rewrite(
+        name="pow2-to-square",
+        description="pow(x, factor=2) -> square(x). Lite's x86 pow kernel returns inf for "
+                    "negative bases (checked: 1x8x8x8 normal input, every negative element).",
+        backends=frozenset({"lite"}),
+        valid_targets=frozenset({"x86"}),
+        match=_is_pow2,
+        fix=_fix_pow2_to_square,
+        exact=False,
+    ),
+    Rewrite(
+        name="channel-shuffle-to-transpose",
+        description="channel_shuffle (paddle.nn.ChannelShuffle) -> reshape2, transpose2, reshape2 "
+                    "(pure data movement, bit-identical); Lite has no channel_shuffle kernel "
+                    "on arm or x86. Needs static C, H, W.",
+        backends=frozenset({"lite"}),
+        valid_targets=None,
+        match=lambda op: _channel_shuffle_plan(op) is not None,
+        fix=_fix_channel_shuffle,
     ),
 )
 _BY_NAME = {r.name: r for r in REWRITES}
@@ -376,3 +581,191 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
         raise PassError(PASS_NAME, f"feeds/fetches changed: {want_feeds}->{got_feeds}, "
                                    f"{want_fetches}->{got_fetches}")
     return report
+
+
+# --------------------------------------------------------------------------------------------
+# pre-flight
+
+
+@dataclass(frozen=True)
+class Finding:
+    """An op the target cannot take, and what to do about it."""
+
+    op: str
+    count: int
+    reason: str
+    remedy: str  # "rewrite <name> applies" | "keep the layer in float" | "use the onnx backend" | ...
+
+
+# Quantized-graph ops: the Paddle Lite 2.13 x86 INT8 kernels run but give wrong outputs
+# (TOOLCHAIN trap 4).
+_QUANT_OPS = frozenset({
+    "quantize_linear", "dequantize_linear", "fake_quantize_abs_max",
+    "fake_quantize_moving_average_abs_max", "fake_quantize_range_abs_max",
+    "fake_quantize_dequantize_moving_average_abs_max", "fake_quantize_dequantize_abs_max",
+    "fake_channel_wise_quantize_abs_max", "fake_channel_wise_quantize_dequantize_abs_max",
+    "fake_dequantize_max_abs", "fake_channel_wise_dequantize_max_abs",
+})
+
+
+@dataclass(frozen=True)
+class _Hazard:
+    """An op form known to crash the converter or to give wrong answers on a target, that
+    no rewrite here removes."""
+
+    op: str
+    backends: frozenset[str]
+    valid_targets: frozenset[str] | None
+    match: Callable[[Any], bool]
+    reason: str
+    remedy: str
+
+
+_HAZARDS: tuple[_Hazard, ...] = (
+    _Hazard(
+        "flatten_contiguous_range", frozenset({"lite"}), None, _flatten_no_xshape,
+        "written without its XShape output: Paddle Lite 2.13 dereferences it in "
+        "FlattenContiguousRangeOp::InferType and the converter dies with SIGSEGV (on arm only "
+        "when the flatten is not fused into a following matmul, e.g. flatten -> dropout -> linear)",
+        "rewrite flatten-xshape applies"),
+    _Hazard(
+        "pow", frozenset({"lite"}), frozenset({"x86"}), lambda op: op.type == "pow" and not _is_pow2(op),
+        "Paddle Lite 2.13 x86 pow kernel returns inf for negative bases (it converts, then "
+        "computes wrong outputs)",
+        "use the onnx backend (or keep the base non-negative)"),
+    _Hazard(
+        "fill_constant", frozenset({"lite"}), None,
+        lambda op: op.type == "fill_constant" and list(op.attr("shape")) == []
+        and not _scalar_fill_promotable(op),
+        "0-D constant (shape []): the model converts but the Paddle Lite runtime aborts "
+        '"no valid out_shape. Must set one of shape_tensor, or shape_tensor_list, or shape"',
+        "use the onnx backend"),
+    _Hazard(
+        "quantized ops", frozenset({"lite"}), frozenset({"x86"}), lambda op: op.type in _QUANT_OPS,
+        "Paddle Lite 2.13 x86 INT8 kernels run but give wrong outputs (chance-level accuracy)",
+        "keep the layer in float"),
+)
+
+_CHILD_TIMEOUT_S = 120
+
+_LITE_SUPPORTED_SNIPPET = r"""
+import sys
+import paddlelite.lite as lite
+opt = lite.Opt()
+opt.set_valid_places(sys.argv[1])
+sys.stdout.flush()
+opt.print_supported_ops()
+"""
+
+_ONNX_SUPPORTED_SNIPPET = r"""
+import os
+os.environ.setdefault("FLAGS_enable_pir_api", "0")
+from paddle2onnx.paddle2onnx_cpp2py_export import get_all_supported_operators
+print("\n".join(get_all_supported_operators()))
+"""
+
+
+def _run_child(code: str, *args: str) -> str | None:
+    """Run a snippet in a fresh interpreter: the converters kill their own process on errors."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    try:
+        res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                             timeout=_CHILD_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return res.stdout if res.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def supported_ops(backend: str, valid_targets: tuple[str, ...] = ()) -> frozenset[str] | None:
+    """Op types the frozen converter accepts for ``backend``/``valid_targets``; None when the
+    converter is not installed or cannot say."""
+    if backend == "lite":
+        out = _run_child(_LITE_SUPPORTED_SNIPPET, ",".join(valid_targets))
+        if out is None:
+            return None
+        ops, started = set(), False
+        for line in out.splitlines():
+            fields = line.split()
+            if not fields:
+                continue
+            if fields[0] == "OP_name":
+                started = True
+                continue
+            if started and re.fullmatch(r"[A-Za-z0-9_]+", fields[0]) and len(fields) > 1:
+                ops.add(fields[0])
+        return frozenset(ops) or None
+    if backend == "onnx":
+        out = _run_child(_ONNX_SUPPORTED_SNIPPET)
+        ops = frozenset(line.strip() for line in (out or "").splitlines() if line.strip())
+        return ops or None
+    return None
+
+
+def _count_ops(program, pred: Callable[[Any], bool]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for block in program.blocks:
+        for op in block.ops:
+            if pred(op):
+                counts[op.type] = counts.get(op.type, 0) + 1
+    return counts
+
+
+def preflight(model_dir: Path, backend: str, valid_targets: list[str],
+              after_legalize: bool = True) -> list[Finding]:
+    """List the ops of the model in ``model_dir`` that ``backend``/``valid_targets`` cannot
+    take, each with what to do. Reads only model.pdmodel; the converter's supported-op list
+    comes from a child process (cached).
+
+    ``after_legalize=True``: judge the model as ``legalize_model`` would leave it (the
+    rewrites are applied in memory). ``False``: judge it as it is, and name the rewrite that
+    fixes each op it can fix.
+    """
+    targets = _check_backend(backend, valid_targets)
+    model_file, _ = _model_files(model_dir)
+    program = _parse_program(model_file)
+    findings: list[Finding] = []
+    handled: set[str] = set()
+
+    rewrites = rewrites_for(backend, targets)
+    if after_legalize:
+        with _StaticLegacy():
+            for rewrite in rewrites:
+                if rewrite.applies(program):
+                    rewrite.apply(program, None)
+    else:
+        for rewrite in rewrites:
+            for op_type, n in _count_ops(program, rewrite.match).items():
+                findings.append(Finding(op_type, n, rewrite.description, f"rewrite {rewrite.name} applies"))
+                handled.add(op_type)
+
+    for hazard in _HAZARDS:
+        if backend not in hazard.backends:
+            continue
+        if hazard.valid_targets is not None and not hazard.valid_targets & set(targets):
+            continue
+        counts = _count_ops(program, hazard.match)
+        for op_type, n in counts.items():
+            if op_type in handled:
+                continue
+            findings.append(Finding(op_type, n, hazard.reason, hazard.remedy))
+            handled.add(op_type)
+
+    supported = supported_ops(backend, tuple(targets))
+    if supported is not None:
+        missing = _count_ops(program, lambda op: op.type not in ("feed", "fetch")
+                             and op.type not in supported and op.type not in handled)
+        onnx = supported_ops("onnx") if backend == "lite" and missing else None
+        where = f"valid_targets={','.join(targets)}" if backend == "lite" else "paddle2onnx"
+        for op_type, n in sorted(missing.items()):
+            if onnx is not None and op_type in onnx:
+                remedy = "use the onnx backend"
+            elif op_type in _QUANT_OPS:
+                remedy = "keep the layer in float"
+            else:
+                remedy = "replace the layer: no converter here takes this op"
+            findings.append(Finding(op_type, n, f"not in the {backend} converter's supported ops ({where})",
+                                    remedy))
+    return findings

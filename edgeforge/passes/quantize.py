@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Optional
 
 import numpy as np
 from pydantic import Field
@@ -30,7 +30,11 @@ class QuantConfig(PassConfig):
     batch_size: int = Field(32, gt=0)
     per_channel_weights: bool = True
     keep_float: list[str] = []
+    max_accuracy_drop: Optional[float] = None   # points; None = no budget loop in this pass
+    calibration_search: bool = False
+    float_fallback: bool = True                 # keep sensitive layers in float to meet the budget
     data_digest: str = ""           # sha256 of the calibration file: new data, new cache key
+    eval_digest: str = ""           # sha256 of the evaluation file (budget and search use it)
 
 
 def calibration_batches(ctx: PassContext, cfg: QuantConfig) -> list[dict[str, np.ndarray]]:
@@ -114,27 +118,33 @@ class PaddlePTQPass(Pass):
                 "keep_float": list(cfg.keep_float), **{k: v for k, v in inp.meta.items() if k == "rewrites"}}
 
 
-_ORT_METHOD = {"KL": "Entropy", "hist": "Percentile", "mse": "Distribution", "avg": "MinMax", "abs_max": "MinMax"}
+# KL and mse use onnxruntime's histogram collection with edgeforge's threshold search (onnx_ptq).
+_ORT_METHOD = {"KL": "Entropy", "hist": "Percentile", "mse": "Entropy", "avg": "MinMax", "abs_max": "MinMax"}
+
+
+def evaluation_set(ctx: PassContext, limit: int | None = None):
+    data = ctx.project.load_data("evaluation")
+    names = [sp.name for sp in ctx.project.inputs]
+    feeds = {k: data[k][:limit] for k in names}
+    labels = data.get("labels")
+    return feeds, (labels[:limit] if labels is not None else None)
 
 
 @register
 class OnnxQuantizePass(Pass):
     name = "quantize.onnx"
-    version = 1
+    version = 4
     consumes = frozenset({ONNX})
     produces = ONNX
     Config = QuantConfig
 
-    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+    def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str]) -> Path:
         from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
                                               QuantType, quantize_static)
-        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        from ..quant.onnx_ptq import paddle_kl_entropy
 
         cfg: QuantConfig = self.config
-        batches = calibration_batches(ctx, cfg)
-        pre = out_dir / "pre.onnx"
-        with quiet_stdout():
-            quant_pre_process(str(inp.path / "model.onnx"), str(pre))
 
         class Reader(CalibrationDataReader):
             def __init__(self):
@@ -143,17 +153,95 @@ class OnnxQuantizePass(Pass):
             def get_next(self):
                 return next(self._it, None)
 
-        ctx.log(f"onnxruntime quantize_static ({_ORT_METHOD[cfg.algo]}) on {len(batches)} batches")
-        extra = {"CalibMovingAverage": cfg.algo == "avg"}
-        with quiet_stdout():
-            quantize_static(str(pre), str(out_dir / "model.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+        hist = paddle_kl_entropy(algo.lower()) if algo in ("KL", "mse") else contextlib.nullcontext()
+        with quiet_stdout(), hist:
+            quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
                             per_channel=cfg.per_channel_weights, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8,
-                            calibrate_method=getattr(CalibrationMethod, _ORT_METHOD[cfg.algo]),
-                            nodes_to_exclude=list(cfg.keep_float) or None, extra_options=extra)
-        pre.unlink()
-        for stray in out_dir.glob("*.data"):
-            stray.unlink()
-        return {"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
-                "quantization": cfg.model_dump(exclude={"data_digest"}), "keep_float": list(cfg.keep_float),
+                            calibrate_method=getattr(CalibrationMethod, _ORT_METHOD[algo]),
+                            nodes_to_exclude=list(keep) or None,
+                            extra_options={"CalibMovingAverage": algo == "avg"})
+        return out
+
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        from ..quant.budget import accuracy_drop, fit_budget, onnx_rank
+        from ..runner import edgeforge_runner as runner
+
+        cfg: QuantConfig = self.config
+        batches = calibration_batches(ctx, cfg)
+        pre = ctx.workdir / "quantize-pre.onnx"
+        with quiet_stdout():
+            quant_pre_process(str(inp.path / "model.onnx"), str(pre))
+        feeds, labels = evaluation_set(ctx)
+        float_out = runner.predict_all(runner.onnx_predictor(pre), feeds)
+        scratch = ctx.workdir / "quantize-onnx"
+        scratch.mkdir(exist_ok=True)
+        counter = iter(range(10_000))
+
+        def evaluate(model: Path) -> float:
+            return accuracy_drop(runner.predict_all(runner.onnx_predictor(model), feeds), float_out, labels)
+
+        algo = cfg.algo
+        search = []
+        if cfg.calibration_search:
+            for cand in ("KL", "hist", "mse", "avg"):
+                ctx.log(f"calibration search: {cand}")
+                m = self._quantize(pre, scratch / f"search-{cand}.onnx", batches, cand, cfg.keep_float)
+                outs = runner.predict_all(runner.onnx_predictor(m), feeds)
+                drift = runner.drift_metrics(outs, float_out, labels)
+                search.append({"algo": cand, "accuracy_drop": accuracy_drop(outs, float_out, labels),
+                               "cosine": drift["cosine"]})
+            algo = min(search, key=lambda r: (round(r["accuracy_drop"], 6), -r["cosine"]))["algo"]
+            ctx.log(f"calibration search picked {algo}")
+
+        def quantize(keep: list[str]) -> Path:
+            ctx.log(f"onnxruntime quantize_static ({algo}, {len(keep)} layers in float)")
+            return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep)
+
+        budget = cfg.max_accuracy_drop
+        if budget is None or not cfg.float_fallback:
+            model = quantize(list(cfg.keep_float))
+            fit = None
+        else:
+            model, fit = fit_budget(quantize, evaluate, lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch),
+                                    budget, list(cfg.keep_float))
+        final = out_dir / "model.onnx"
+        shutil.copy2(model, final)
+        meta = {"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
+                "quantization": dict(cfg.model_dump(exclude={"data_digest", "eval_digest"}), algo=algo),
+                "keep_float": list(fit.keep_float if fit else cfg.keep_float),
                 **{k: v for k, v in inp.meta.items() if k == "rewrites"}}
+        if search:
+            meta["calibration_search"] = search
+        if fit is not None:
+            meta["accuracy_budget"] = fit.to_json()
+            if len(fit.keep_float) > len(cfg.keep_float):
+                plain = quantize(list(cfg.keep_float))
+                meta["accuracy_budget"]["cost"] = onnx_cost(plain, final, feeds)
+        return meta
+
+
+def onnx_cost(plain: Path, kept: Path, feeds: dict) -> dict:
+    """What keeping layers in float cost: size and host p50 latency (batch 1), side by side."""
+    import time as _time
+
+    from ..runner import edgeforge_runner as runner
+
+    one = {k: v[:1] for k, v in feeds.items()}
+    lat = {}
+    for label, path in (("int8", plain), ("with_float_layers", kept)):
+        run = runner.onnx_predictor(path, threads=1)
+        for _ in range(5):
+            run(one)
+        samples = []
+        for _ in range(30):
+            t = _time.perf_counter()
+            run(one)
+            samples.append((_time.perf_counter() - t) * 1000)
+        lat[label] = float(np.median(samples))
+    return {"size_bytes_int8": plain.stat().st_size, "size_bytes": kept.stat().st_size,
+            "size_delta_bytes": kept.stat().st_size - plain.stat().st_size,
+            "p50_ms_int8": round(lat["int8"], 4), "p50_ms": round(lat["with_float_layers"], 4),
+            "latency_note": "host onnxruntime, batch 1, 1 thread (stand-in)"}

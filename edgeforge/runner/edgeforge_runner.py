@@ -1,19 +1,38 @@
 #!/usr/bin/env python3
 """edgeforge on-device runner: loads an artifact, measures it, compares it with float.
 
-One file, no edgeforge import: needs Python 3, numpy and the model runtime (paddlelite or
-onnxruntime). edgeforge's host-side verify imports the same functions, so host and device
-figures are computed by the same code.
+One file, no edgeforge import: needs Python 3, numpy and the model runtime (paddlelite,
+onnxruntime, or Paddle Lite's C++ ``benchmark_bin``). edgeforge's host-side verify imports the
+same functions, so host and device figures are computed by the same code.
+
+Commands (the host runs them over SSH):
+
+    edgeforge_runner.py probe [--benchmark-bin PATH]     JSON: python, numpy, runtimes, fingerprint
+    edgeforge_runner.py bench DIR --spec JSON            JSON lines, one per event (see bench())
+    edgeforge_runner.py BUILD_DIR [--drift-only]         drift of a build directory (legacy)
+
+``bench`` prints one line per event, each ``@@edgeforge {json}``, flushed as it happens, so a
+host that loses the connection still holds what was measured before. Exit codes: 0 ok, 2 usage,
+3 a file does not match its sha256, 4 a runtime is missing, 5 the runtime failed.
 """
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
+import platform
 import sys
+import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # probe still reports the device; bench says numpy is missing
+    np = None
 
-RUNNER_VERSION = 1
+RUNNER_VERSION = 2
+EVENT_PREFIX = "@@edgeforge "
+EXIT_OK, EXIT_USAGE, EXIT_DIGEST, EXIT_RUNTIME_MISSING, EXIT_RUNTIME_FAILED = 0, 2, 3, 4, 5
 
 
 # ---------------------------------------------------------------- predictors
@@ -151,8 +170,447 @@ def load_reference(build_dir, manifest):
     return {k: data[k] for k in names}, outputs, labels
 
 
+# ---------------------------------------------------------------- files
+
+def sha256_file(path, chunk=1 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_files(root, expected):
+    """Return the relative paths under ``root`` whose sha256 is not the expected one (or missing)."""
+    bad = []
+    for rel, digest in sorted(expected.items()):
+        path = os.path.join(root, rel)
+        try:
+            ok = sha256_file(path) == digest
+        except OSError:
+            ok = False
+        if not ok:
+            bad.append(rel)
+    return bad
+
+
+# ---------------------------------------------------------------- device fingerprint
+
+_ARM_PARTS = {  # /proc/cpuinfo "CPU part" for ARM Ltd. (implementer 0x41) cores
+    "0xd03": "Cortex-A53", "0xd04": "Cortex-A35", "0xd05": "Cortex-A55", "0xd07": "Cortex-A57",
+    "0xd08": "Cortex-A72", "0xd09": "Cortex-A73", "0xd0a": "Cortex-A75", "0xd0b": "Cortex-A76",
+    "0xd0c": "Neoverse-N1", "0xd0d": "Cortex-A77", "0xd41": "Cortex-A78", "0xd42": "Cortex-A78AE",
+    "0xd44": "Cortex-X1", "0xd46": "Cortex-A510", "0xd47": "Cortex-A710", "0xd48": "Cortex-X2",
+    "0xd4d": "Cortex-A715", "0xd4e": "Cortex-X3", "0xc07": "Cortex-A7", "0xc09": "Cortex-A9",
+    "0xc0f": "Cortex-A15",
+}
+
+
+def _read(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _cpuinfo_fields():
+    fields = {}
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if ":" in line:
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip().lower(), []).append(value.strip())
+    return fields
+
+
+def cpu_model():
+    info = _cpuinfo_fields()
+    for key in ("model name", "cpu model"):
+        if info.get(key):
+            return info[key][0]
+    parts = []
+    for part in info.get("cpu part", []):
+        name = _ARM_PARTS.get(part.lower(), "ARM part %s" % part)
+        if name not in parts:
+            parts.append(name)
+    board = (info.get("model") or info.get("hardware") or [None])[0]
+    if parts:
+        return " + ".join(parts) + (" (%s)" % board if board else "")
+    return board or platform.processor() or platform.machine() or None
+
+
+def temperature_c():
+    """Hottest thermal zone in degrees C, or None where /sys/class/thermal has none."""
+    temps = []
+    for zone in glob.glob("/sys/class/thermal/thermal_zone*/temp"):
+        raw = _read(zone)
+        try:
+            value = int(raw) / 1000.0
+        except (TypeError, ValueError):
+            continue
+        if -40.0 < value < 150.0:
+            temps.append(value)
+    return max(temps) if temps else None
+
+
+def _governor():
+    govs = []
+    for path in sorted(glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor")):
+        g = _read(path)
+        if g and g not in govs:
+            govs.append(g)
+    return ",".join(govs) if govs else None
+
+
+def _meminfo_mb():
+    out = {}
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            try:
+                out[key] = round(int(rest.split()[0]) / 1024.0, 1)
+            except (IndexError, ValueError):
+                pass
+    return out.get("MemTotal"), out.get("MemAvailable")
+
+
+def fingerprint():
+    """What the numbers depend on, read where the device exposes it (None where it does not)."""
+    total, available = _meminfo_mb()
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    return {
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "arch": platform.machine(),
+        "kernel": platform.release(),
+        "os": platform.system(),
+        "hostname": platform.node(),
+        "governor": _governor(),
+        "cpu_max_mhz": round(int(max_khz) / 1000.0) if max_khz and max_khz.isdigit() else None,
+        "temp_c": temperature_c(),
+        "load_avg": load,
+        "mem_total_mb": total,
+        "mem_available_mb": available,
+        "python": platform.python_version(),
+        "numpy": getattr(np, "__version__", None),
+    }
+
+
+def peak_rss_mb(children=False):
+    try:
+        import resource
+    except ImportError:
+        return None
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    kb = resource.getrusage(who).ru_maxrss
+    if sys.platform == "darwin":
+        kb /= 1024.0
+    return round(kb / 1024.0, 2)
+
+
+# ---------------------------------------------------------------- probe
+
+def probe_runtimes(benchmark_bin=None):
+    """Which runtimes this Python can use, with versions. Imports each one to be sure."""
+    out = {}
+    try:
+        import onnxruntime as ort
+        out["onnxruntime"] = {"present": True, "version": ort.__version__,
+                              "providers": list(ort.get_available_providers())}
+    except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install
+        out["onnxruntime"] = {"present": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+    try:
+        from paddlelite import lite  # noqa: F401
+        out["paddlelite"] = {"present": True, "version": _dist_version("paddlelite"),
+                             "threads_settable": hasattr(lite.MobileConfig, "set_threads")}
+    except Exception as exc:  # noqa: BLE001
+        out["paddlelite"] = {"present": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+    if benchmark_bin:
+        out["benchmark_bin"] = benchmark_bin_info(benchmark_bin)
+    return out
+
+
+def benchmark_bin_info(path):
+    import subprocess
+
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return {"present": False, "path": path, "error": "not an executable file"}
+    try:
+        proc = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=20, universal_newlines=True)
+        text = proc.stdout.strip().splitlines()
+        version = text[-1].split()[-1] if text else "unknown"
+    except Exception:  # noqa: BLE001
+        version = "unknown"
+    return {"present": True, "path": path, "version": version}
+
+
+def probe(benchmark_bin=None):
+    return {"runner_version": RUNNER_VERSION, "python": platform.python_version(),
+            "executable": sys.executable, "machine": platform.machine(),
+            "numpy": getattr(np, "__version__", None), "runtimes": probe_runtimes(benchmark_bin),
+            "fingerprint": fingerprint()}
+
+
+# ---------------------------------------------------------------- timing
+
+def _median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def warmup_until_stable(run_once, window=5, rel_tol=0.05, min_runs=10, max_runs=1000, max_seconds=30.0):
+    """Run ``run_once`` (returns milliseconds) until timings settle: the median of the last
+    ``window`` runs is within ``rel_tol`` of the median of the ``window`` before. Stops anyway at
+    ``max_runs`` or after ``max_seconds``. Returns (warmup timings, whether they settled)."""
+    times = []
+    start = time.perf_counter()
+    while True:
+        times.append(run_once())
+        n = len(times)
+        if n >= max(min_runs, 2 * window):
+            a = _median(times[-2 * window:-window])
+            b = _median(times[-window:])
+            if abs(b - a) <= rel_tol * max(a, b, 1e-9):
+                return times, True
+        if n >= max_runs or time.perf_counter() - start > max_seconds:
+            return times, False
+
+
+def timed(run, feeds):
+    def once():
+        t0 = time.perf_counter()
+        run(feeds)
+        return (time.perf_counter() - t0) * 1e3
+    return once
+
+
+def measure(once, warmups, runs):
+    """Warm up (``"auto"`` or a count), then ``runs`` timed runs. Returns a dict of raw samples."""
+    if warmups == "auto":
+        warm, stable = warmup_until_stable(once)
+    else:
+        warm = [once() for _ in range(int(warmups))]
+        stable = None
+    samples = [once() for _ in range(int(runs))]
+    return {"warmups": len(warm), "warmup_stable": stable, "warmup_ms": warm, "samples_ms": samples}
+
+
+# ---------------------------------------------------------------- benchmark_bin
+
+_POWER_MODES = {"LITE_POWER_HIGH": 0, "LITE_POWER_LOW": 1, "LITE_POWER_FULL": 2, "LITE_POWER_NO_BIND": 3,
+                "LITE_POWER_RAND_HIGH": 4, "LITE_POWER_RAND_LOW": 5}
+BENCHMARK_BIN_WARMUPS = 10      # per process, when warmups are "auto"
+
+
+def parse_benchmark_bin(text):
+    """Figures from benchmark_bin's "Perf Info" block (ms) and its version line."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key in ("init", "first", "min", "max", "avg"):
+            try:
+                out[key + "_ms"] = float(value.split()[0])
+            except (IndexError, ValueError):
+                pass
+        elif line.startswith("benchmark_bin version:"):
+            out["version"] = line.split(":", 1)[1].strip()
+    return out
+
+
+def benchmark_bin_measure(path, model, feeds, spec, warmups, runs, workdir):
+    """Time with Paddle Lite's C++ benchmark_bin: one process per sample (``--repeats=1`` after
+    ``--warmup`` runs), so every sample is one warm run; init time is never in a sample."""
+    import subprocess
+    import tempfile
+
+    rt = spec.get("runtime", {})
+    names = [i["name"] for i in spec["inputs"]]
+    tmp = tempfile.mkdtemp(prefix="edgeforge-bb-", dir=workdir if os.access(workdir, os.W_OK) else None)
+    paths = []
+    for name in names:
+        p = os.path.join(tmp, name + ".txt")
+        np.savetxt(p, np.asarray(feeds[name], dtype=np.float32).reshape(-1), fmt="%.9g")
+        paths.append(p)
+    shapes = ":".join(",".join(str(d) for d in feeds[n].shape) for n in names)
+    backend = "arm" if "arm" in (rt.get("valid_targets") or ["arm"]) else (rt.get("valid_targets") or ["x86"])[0]
+    warm = BENCHMARK_BIN_WARMUPS if warmups == "auto" else int(warmups)
+    cmd = [path, "--optimized_model_file=" + model, "--input_shape=" + shapes,
+           "--input_data_path=" + ":".join(paths), "--threads=%d" % int(rt.get("threads") or 1),
+           "--power_mode=%d" % _POWER_MODES.get(rt.get("power_mode") or "LITE_POWER_NO_BIND", 3),
+           "--backend=" + backend, "--warmup=%d" % warm, "--repeats=1"]
+    samples, version, first = [], None, None
+    try:
+        for _ in range(int(runs)):
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+            figures = parse_benchmark_bin(proc.stdout)
+            if proc.returncode != 0 or "avg_ms" not in figures:
+                tail = " | ".join(proc.stdout.strip().splitlines()[-3:])
+                raise RuntimeError("benchmark_bin exited %d: %s" % (proc.returncode, tail))
+            samples.append(figures["avg_ms"])
+            version = figures.get("version", version)
+            first = figures.get("first_ms", first)
+    finally:
+        for p in paths:
+            try:
+                os.remove(p)
+            except OSError:
+                pass
+        try:
+            os.rmdir(tmp)
+        except OSError:
+            pass
+    return {"warmups": warm, "warmup_stable": None, "warmup_ms": [], "samples_ms": samples,
+            "runtime": {"name": "paddlelite-benchmark_bin", "version": version or "unknown", "path": path}}
+
+
+# ---------------------------------------------------------------- bench
+
+def emit(event, **fields):
+    fields["event"] = event
+    sys.stdout.write(EVENT_PREFIX + json.dumps(fields, allow_nan=True) + "\n")
+    sys.stdout.flush()
+
+
+class RuntimeMissing(Exception):
+    pass
+
+
+def _needed_runtime(spec):
+    if spec.get("runner") == "benchmark_bin":
+        return "benchmark_bin"
+    return {"onnx": "onnxruntime", "lite": "paddlelite"}.get(spec["backend"], spec["backend"])
+
+
+def _import_runtime(name):
+    try:
+        if name == "onnxruntime":
+            import onnxruntime  # noqa: F401
+        elif name == "paddlelite":
+            from paddlelite import lite  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeMissing("%s is not importable by %s (%s)" % (name, sys.executable, exc))
+
+
+def _jsonable(x):
+    if isinstance(x, float) and x != x:
+        return None
+    return x
+
+
+def bench(build_dir, spec):
+    """Measure the artifact in ``build_dir`` as ``spec`` says. Events, in order:
+
+    start (pid), files (sha256 checked), fingerprint (before), runtime, latency (raw samples,
+    peak RSS), fingerprint (after the timed runs), drift (evaluation set vs float), done.
+    """
+    emit("start", pid=os.getpid(), runner_version=RUNNER_VERSION)
+    deadline = spec.get("deadline_s")
+    if deadline and hasattr(__import__("signal"), "alarm"):
+        import signal
+        # SIGALRM's default action ends the process even inside native code.
+        signal.alarm(max(1, int(deadline + 0.999)))
+    bad = check_files(build_dir, spec.get("files", {}))
+    if bad:
+        emit("error", kind="digest", files=bad,
+             message="sha256 mismatch for %s" % ", ".join(bad))
+        return EXIT_DIGEST
+    emit("files", checked=sorted(spec.get("files", {})))
+    if np is None:
+        emit("error", kind="runtime-missing", runtime="numpy",
+             message="numpy is not importable by %s" % sys.executable)
+        return EXIT_RUNTIME_MISSING
+    needed = _needed_runtime(spec)
+    try:
+        if needed == "benchmark_bin":
+            info = benchmark_bin_info(spec.get("benchmark_bin") or "")
+            if not info["present"]:
+                raise RuntimeMissing("benchmark_bin %r: %s" % (spec.get("benchmark_bin"), info.get("error")))
+        else:
+            _import_runtime(needed)
+    except RuntimeMissing as exc:
+        emit("error", kind="runtime-missing", runtime=needed, message=str(exc))
+        return EXIT_RUNTIME_MISSING
+    before = fingerprint()
+    emit("fingerprint", when="before", fingerprint=before)
+    rt = spec.get("runtime", {})
+    threads, power_mode = rt.get("threads"), rt.get("power_mode")
+    feeds, ref, labels = load_reference(build_dir, spec)
+    one = {k: v[:1] for k, v in feeds.items()}     # latency: batch 1, the first evaluation sample
+    warmups, runs = spec.get("warmups", "auto"), int(spec.get("runs", 100))
+    model = os.path.join(build_dir, spec["artifact"]["path"])
+    run = None
+    if needed == "benchmark_bin":
+        lat = benchmark_bin_measure(spec["benchmark_bin"], model, one, spec, warmups, runs, build_dir)
+        runtime = lat.pop("runtime")
+        rss = peak_rss_mb(children=True)
+    else:
+        run = make_predictor(spec, build_dir, threads, power_mode)
+        runtime = dict(run.runtime)
+        if needed == "paddlelite":
+            from paddlelite import lite
+            runtime["threads_applied"] = hasattr(lite.MobileConfig, "set_threads")
+        emit("runtime", **runtime)
+        lat = measure(timed(run, one), warmups, runs)
+        rss = peak_rss_mb()
+    after = fingerprint()
+    lat.update(peak_rss_mb=rss, runtime=runtime, batch=1)
+    emit("latency", **lat)
+    emit("fingerprint", when="after", fingerprint=after)
+    if spec.get("drift", True):
+        if run is None:
+            try:
+                _import_runtime("paddlelite")
+                run = make_predictor(spec, build_dir, threads, power_mode)
+            except RuntimeMissing as exc:
+                emit("drift", skipped="no Python runtime for the evaluation set: %s" % exc)
+                run = None
+        if run is not None:
+            outs = predict_all(run, feeds)
+            m = drift_metrics(outs, ref, labels)
+            m = {k: _jsonable(v) for k, v in m.items()}
+            emit("drift", samples=int(len(next(iter(feeds.values())))), **m)
+    emit("done")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- command line
+
 def main(argv=None):
     import argparse
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "probe":
+        ap = argparse.ArgumentParser(prog="edgeforge_runner.py probe")
+        ap.add_argument("--benchmark-bin")
+        args = ap.parse_args(argv[1:])
+        json.dump(probe(args.benchmark_bin), sys.stdout)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    if argv and argv[0] == "bench":
+        ap = argparse.ArgumentParser(prog="edgeforge_runner.py bench")
+        ap.add_argument("dir")
+        ap.add_argument("--spec", required=True, help="bench spec as JSON")
+        args = ap.parse_args(argv[1:])
+        try:
+            spec = json.loads(args.spec)
+        except ValueError as exc:
+            emit("error", kind="usage", message="--spec is not JSON: %s" % exc)
+            return EXIT_USAGE
+        try:
+            return bench(args.dir, spec)
+        except Exception as exc:  # noqa: BLE001 - reported to the host as one event
+            import traceback
+
+            traceback.print_exc()
+            emit("error", kind="runtime", message="%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
+            return EXIT_RUNTIME_FAILED
 
     ap = argparse.ArgumentParser(description="edgeforge on-device runner")
     ap.add_argument("build_dir")

@@ -1,0 +1,146 @@
+"""Accuracy budget: when INT8 drifts too far, keep the most sensitive layers in float.
+
+A per-layer sensitivity analysis ranks the quantized layers by how much quantization noise they
+add (signal-to-quantization-noise ratio of the tensors they read, measured against the float
+model on evaluation samples). The loop then keeps the worst layers in float, re-quantizes and
+re-evaluates, until the accuracy drop is within the budget.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+def sqnr_db(ref: np.ndarray, noisy: np.ndarray) -> float:
+    ref = np.asarray(ref, dtype=np.float64).ravel()
+    noise = ref - np.asarray(noisy, dtype=np.float64).ravel()
+    p_noise = float(np.sum(noise * noise))
+    p_sig = float(np.sum(ref * ref))
+    if p_noise == 0:
+        return float("inf")
+    if p_sig == 0:
+        return float("-inf")
+    return 10.0 * np.log10(p_sig / p_noise)
+
+
+def accuracy_drop(outputs: list[np.ndarray], reference: list[np.ndarray], labels) -> float:
+    """Points of accuracy lost against labels; without labels, points of top-1 disagreement."""
+    out = np.asarray(outputs[0]).reshape(len(outputs[0]), -1).argmax(1)
+    ref = np.asarray(reference[0]).reshape(len(reference[0]), -1).argmax(1)
+    if labels is not None:
+        lab = np.asarray(labels)
+        return float((np.mean(ref == lab) - np.mean(out == lab)) * 100.0)
+    return float((1.0 - np.mean(out == ref)) * 100.0)
+
+
+@dataclass
+class BudgetResult:
+    keep_float: list[str]
+    initial_drop: float
+    final_drop: float
+    budget: float
+    met: bool
+    ranking: list[tuple[str, float]] = field(default_factory=list)   # (layer, SQNR dB), worst first
+    attempts: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"budget_points": self.budget, "initial_drop": round(self.initial_drop, 4),
+                "final_drop": round(self.final_drop, 4), "met": self.met, "keep_float": self.keep_float,
+                "sensitivity": [{"layer": n, "sqnr_db": round(v, 2)} for n, v in self.ranking[:10]],
+                "attempts": self.attempts, "seconds": round(self.seconds, 2)}
+
+
+def fit_budget(quantize: Callable[[list[str]], Path], evaluate: Callable[[Path], float],
+               rank: Callable[[Path], list[tuple[str, float]]], budget: float, base_keep: list[str],
+               max_attempts: int = 8) -> tuple[Path, BudgetResult]:
+    """Quantize; while the drop exceeds the budget keep more of the worst layers in float.
+
+    The number of layers kept grows 1, 2, 4, ... so a deep model converges in a few rounds.
+    """
+    t0 = time.perf_counter()
+    keep = list(base_keep)
+    model = quantize(keep)
+    drop = evaluate(model)
+    result = BudgetResult(list(keep), drop, drop, budget, drop <= budget)
+    result.attempts.append({"kept": len(keep), "drop": round(drop, 4)})
+    if drop <= budget:
+        result.seconds = time.perf_counter() - t0
+        return model, result
+    ranking = [r for r in rank(model) if r[0] not in keep]
+    result.ranking = ranking
+    step = 1
+    cursor = 0
+    for _ in range(max_attempts):
+        if cursor >= len(ranking):
+            break
+        keep += [name for name, _ in ranking[cursor:cursor + step]]
+        cursor += step
+        step *= 2
+        model = quantize(keep)
+        drop = evaluate(model)
+        result.attempts.append({"kept": len(keep), "drop": round(drop, 4)})
+        if drop <= budget:
+            break
+    result.keep_float = keep
+    result.final_drop = drop
+    result.met = drop <= budget
+    result.seconds = time.perf_counter() - t0
+    return model, result
+
+
+# ---------------------------------------------------------------- ONNX (QDQ) sensitivity
+
+def onnx_rank(float_model: Path, qdq_model: Path, feeds: dict[str, np.ndarray], workdir: Path) -> list[tuple[str, float]]:
+    """Rank quantized ONNX nodes, worst first, by the fidelity they lose to quantization: the SQNR
+    (against the float model) of what reaches them minus the SQNR of what they produce. A layer
+    downstream of a damaged one inherits low SQNR but loses little itself, so it ranks low."""
+    import onnx
+    from onnxruntime.quantization.calibrate import CalibrationDataReader
+    from onnxruntime.quantization.qdq_loss_debug import (collect_activations, create_activation_matching,
+                                                         modify_model_output_intermediate_tensors)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self._it = iter([feeds])
+
+        def get_next(self):
+            return next(self._it, None)
+
+    aug_f, aug_q = workdir / "float.aug.onnx", workdir / "qdq.aug.onnx"
+    modify_model_output_intermediate_tensors(str(float_model), str(aug_f), save_as_external_data=False)
+    modify_model_output_intermediate_tensors(str(qdq_model), str(aug_q), save_as_external_data=False)
+    f_act = collect_activations(str(aug_f), Reader())
+    q_act = collect_activations(str(aug_q), Reader())
+    matching = create_activation_matching(q_act, f_act)
+
+    def sq(name: str, which: str) -> float | None:
+        m = matching.get(name)
+        if not m or "float" not in m or which not in m:
+            return None
+        return min(sqnr_db(f, q) for f, q in zip(m["float"], m[which]))
+
+    model = onnx.load(str(qdq_model))
+    dq_src = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    q_src = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    ranking = []
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "Gemm", "MatMul", "ConvTranspose") or not node.name:
+            continue
+        # SQNR of what arrives (before this node's input quantization) and of what leaves.
+        ins = [sq(src, "pre_qdq") for src in (q_src.get(dq_src.get(i, ""), None) for i in node.input) if src]
+        ins = [v for v in ins if v is not None]
+        out = sq(node.output[0], "pre_qdq")
+        if not ins or out is None:
+            continue
+        damage = min(ins) - out          # dB of fidelity this layer loses to quantization
+        ranking.append((node.name, out, damage))
+    ranking.sort(key=lambda item: -item[2])
+    ranking = [(name, out) for name, out, _ in ranking]
+    for f in (aug_f, aug_q):
+        f.unlink(missing_ok=True)
+    return ranking

@@ -1,0 +1,61 @@
+"""Accuracy budget: plain INT8 misses a tight budget, the fallback keeps the most sensitive layers
+in float until it holds, and the manifest says which layers and what it cost."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from edgeforge import api
+from helpers import copy_project
+
+
+@pytest.fixture(scope="module")
+def outlier_project(digits_project, tmp_path_factory):
+    """The trained digits net with a float-equivalent reparametrisation that INT8 hates: three
+    channels of the first block scaled up 1000x (BN gamma/beta), the next conv scaled down to
+    match. Float outputs are unchanged (ReLU and max-pool commute with a positive scale); a
+    per-tensor INT8 activation scale now crushes every other channel to zero."""
+    proj = copy_project(digits_project, tmp_path_factory.mktemp("outlier") / "p")
+    with open(proj / "digits.pdparams", "rb") as fh:
+        state = pickle.load(fh)
+    for ch in (0, 1, 2):
+        state["features.1.weight"][ch] *= 1000.0
+        state["features.1.bias"][ch] *= 1000.0
+        state["features.4.weight"][:, ch] /= 1000.0
+    with open(proj / "digits.pdparams", "wb") as fh:
+        pickle.dump(state, fh, protocol=4)
+    return proj
+
+
+def test_plain_int8_misses_budget_and_fallback_meets_it(outlier_project, tmp_path):
+    # No budget loop (budget huge): plain INT8 is far off, and verify reports it.
+    plain = api.build(outlier_project, "jetson-orin", out=tmp_path / "plain", max_accuracy_drop=100.0)
+    assert plain.manifest["verify"]["float_accuracy"] >= 0.97
+    assert plain.manifest["verify"]["accuracy_drop"] > 1.0
+    assert plain.manifest["keep_float"] == []
+
+    fitted = api.build(outlier_project, "jetson-orin", out=tmp_path / "fitted", max_accuracy_drop=1.0)
+    m = fitted.manifest
+    ab = m["accuracy_budget"]
+    assert ab["initial_drop"] > 1.0 and ab["met"] and ab["final_drop"] <= 1.0
+    assert m["verify"]["status"] == "passed" and m["verify"]["accuracy_drop"] <= 1.0
+    assert m["keep_float"] and m["keep_float"] == ab["keep_float"]
+    assert ab["sensitivity"], "the sensitivity ranking is recorded"
+    cost = ab["cost"]
+    assert cost["size_bytes"] > cost["size_bytes_int8"] and cost["p50_ms"] > 0
+    assert m["artifact"]["size_bytes"] == cost["size_bytes"]
+    # still mostly INT8: smaller than the float model
+    assert m["artifact"]["size_bytes"] < m["float_size_bytes"]
+
+
+def test_budget_miss_is_a_gate_failure_exit_1(outlier_project, tmp_path):
+    from helpers import run_cli
+
+    # With the float fallback off, INT8 misses the budget: verify fails -> exit 1, and the
+    # build is still written for inspection.
+    res = run_cli("build", str(outlier_project), "--target", "jetson-orin", "--out", str(tmp_path / "o"),
+                  "--max-accuracy-drop", "1.0", "--no-fallback")
+    assert res.returncode == 1, res.stderr
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("error:")][0].startswith("error: verify failed")
+    assert (tmp_path / "o" / "manifest.json").is_file()
