@@ -123,7 +123,9 @@ def print_build_summary(m: dict, out_dir) -> None:
         cost = ab.get("cost") or {}
         msg = (f"accuracy budget {ab['budget_points']} points: plain INT8 dropped {ab['initial_drop']:.2f}, "
                f"kept {len(ab['keep_float'])} layer(s) in float ({', '.join(ab['keep_float'])}) -> drop {ab['final_drop']:.2f}")
-        if cost:
+        if cost and cost.get("p50_ms") is None:
+            msg += f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB ({cost['latency_note']})"
+        elif cost:
             msg += (f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB, p50 {cost['p50_ms_int8']:.3f} -> "
                     f"{cost['p50_ms']:.3f} ms ({cost['latency_note']})")
         con.print(msg if ab["met"] else f"[red]{msg} — budget still missed[/red]")

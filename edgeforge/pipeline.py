@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cache import Cache, digest_tree, sha256_file, sha256_json
+from .cache import Cache, digest_files, digest_tree, sha256_json
 from .errors import EdgeforgeError, PassError
 from .passes.base import Artifact, Pass, PassContext
 
@@ -25,13 +25,20 @@ class StepRecord:
                 "seconds": round(self.seconds, 3), "cache_key": self.key}
 
 
-def code_digest(p: Pass) -> str:
-    """sha256 of the pass's source file: an edited pass never reuses stale outputs, even if
-    someone forgets to bump its version."""
-    import inspect
+_BUILD_CODE_DIGEST: str | None = None
+_NOT_BUILD_CODE = ("cli.py", "device", "results")
 
-    path = inspect.getsourcefile(type(p))
-    return sha256_file(Path(path))[:16] if path else ""
+
+def code_digest(p: Pass) -> str:
+    """sha256 over edgeforge's build code (passes, quantization, toolchain glue): an edited pass
+    or helper never reuses stale outputs, even if nobody bumped a pass version."""
+    global _BUILD_CODE_DIGEST
+    if _BUILD_CODE_DIGEST is None:
+        root = Path(__file__).resolve().parent
+        files = [f for f in root.rglob("*.py")
+                 if f.relative_to(root).parts[0] not in _NOT_BUILD_CODE and "__pycache__" not in f.parts]
+        _BUILD_CODE_DIGEST = digest_files((f.relative_to(root).as_posix(), f) for f in files)[:16]
+    return _BUILD_CODE_DIGEST
 
 
 def check_chain(passes: Sequence[Pass], first_kind: str) -> None:

@@ -136,14 +136,13 @@ class Rewrite:
     fix: Callable[[Any, int, Any], int] = field(repr=False, compare=False)
     # False: the new op form agrees to float rounding (<= 1 ulp), not bit for bit
     exact: bool = True
+    # what the converter or runtime does without the rewrite (exact messages where there are)
+    problem: str = ""
 
     def for_target(self, backend: str, valid_targets: Iterable[str]) -> bool:
         if backend not in self.backends:
             return False
         return self.valid_targets is None or bool(self.valid_targets & set(valid_targets))
-
-    def matching_ops(self, program) -> list[str]:
-        return [op.type for block in program.blocks for op in block.ops if self.match(op)]
 
     def applies(self, program) -> bool:
         return any(self.match(op) for block in program.blocks for op in block.ops)
@@ -162,7 +161,7 @@ class Rewrite:
         return changed
 
 
-def _missing_attrs_rewrite(name: str, op_type: str, defaults: dict[str, float], why: str) -> Rewrite:
+def _missing_attrs_rewrite(name: str, op_type: str, defaults: dict[str, float], problem: str) -> Rewrite:
     """Add float attributes that Paddle 3.x no longer writes but Lite reads unconditionally.
     The values are the ones the Paddle 3.x kernel hard-codes, so the numbers do not change."""
 
@@ -178,11 +177,13 @@ def _missing_attrs_rewrite(name: str, op_type: str, defaults: dict[str, float], 
     attrs = ", ".join(f"{a}={v}" for a, v in defaults.items())
     return Rewrite(
         name=name,
-        description=f"{op_type}: add {attrs} (missing from Paddle 3.x exports; {why})",
+        description=f"{op_type}: add {attrs}, the value Paddle 3.x hard-codes (its exports "
+                    "clip the attribute as 'extra')",
         backends=frozenset({"lite"}),
         valid_targets=None,
         match=match,
         fix=fix,
+        problem=problem,
     )
 
 
@@ -397,86 +398,100 @@ def _fix_channel_shuffle(block, index, op) -> int:
     return 1
 
 
+_LITE = frozenset({"lite"})
+
 REWRITES: tuple[Rewrite, ...] = (
     _missing_attrs_rewrite(
         "relu6-threshold", "relu6", {"threshold": 6.0},
-        'Lite aborts "No attributes called threshold found for relu6"'),
+        'paddle_lite_opt aborts (SIGABRT): "Check failed: it != attrs().end(): No attributes '
+        'called threshold found for relu6"'),
     _missing_attrs_rewrite(
         "swish-beta", "swish", {"beta": 1.0},
-        'Lite aborts "No attributes called beta found for swish"'),
+        'paddle_lite_opt aborts (SIGABRT): "Check failed: it != attrs().end(): No attributes '
+        'called beta found for swish"'),
     Rewrite(
         name="flatten-to-reshape2",
         description="flatten_contiguous_range -> reshape2 with the equivalent shape attribute "
-                    "(0 for leading dims, -1 or the static size for the flattened range). Paddle "
-                    "3.x writes flatten without its XShape output and Lite's "
-                    "FlattenContiguousRangeOp::InferType dereferences it: SIGSEGV.",
-        backends=frozenset({"lite"}),
+                    "(0 for the leading dims, the static size or -1 for the flattened range, "
+                    "the static trailing dims)",
+        backends=_LITE,
         valid_targets=None,
         match=_flatten_reshapable,
         fix=_fix_flatten_to_reshape2,
+        problem="Paddle 3.x writes flatten_contiguous_range without its XShape output; "
+                "paddle_lite_opt dereferences it in FlattenContiguousRangeOp::InferType "
+                "(VariablePlaceInferencePass) and dies with SIGSEGV: always on x86, on arm "
+                "whenever the flatten is not fused into a directly following matmul",
     ),
     Rewrite(
         name="flatten-xshape",
-        description="flatten_contiguous_range that cannot become reshape2 (dynamic trailing dims): "
-                    "restore its XShape output (shape (0, *X.shape), never read at inference).",
-        backends=frozenset({"lite"}),
+        description="flatten_contiguous_range that cannot become reshape2 (dynamic trailing "
+                    "dims): restore its XShape output (shape (0, *X.shape), never read at "
+                    "inference)",
+        backends=_LITE,
         valid_targets=None,
         match=_flatten_no_xshape,
         fix=_fix_flatten_xshape,
+        problem="paddle_lite_opt SIGSEGV in FlattenContiguousRangeOp::InferType (missing XShape)",
     ),
     Rewrite(
         name="instance-norm-saved-stats",
         description="instance_norm: restore the SavedMean/SavedVariance outputs (shape [N*C], "
-                    "not read at inference) that Paddle 3.x no longer writes; Lite aborts "
-                    '"Check failed: is_dispensable || is_have_output" without them.',
-        backends=frozenset({"lite"}),
+                    "not read at inference) that Paddle 3.x no longer writes",
+        backends=_LITE,
         valid_targets=None,
         match=_instance_norm_no_stats,
         fix=_fix_instance_norm_stats,
+        problem='paddle_lite_opt aborts (SIGABRT): "op_lite.cc AttachOutput:176] Check failed: '
+                'is_dispensable || is_have_output"',
     ),
     Rewrite(
         name="brelu-to-clip",
-        description="brelu (paddle.nn.Hardtanh) -> clip(min=t_min, max=t_max), the same function; "
-                    "Lite has no brelu kernel on arm or x86.",
-        backends=frozenset({"lite"}),
+        description="brelu (paddle.nn.Hardtanh) -> clip(min=t_min, max=t_max), the same function",
+        backends=_LITE,
         valid_targets=None,
         match=_is_brelu,
         fix=_fix_brelu_to_clip,
+        problem="paddle_lite_opt: \"This model is not supported, because 1 ops are not supported "
+                "on 'arm'. These unsupported ops are: 'brelu'.\" (same on x86)",
     ),
     Rewrite(
         name="fill-constant-0d",
         description="fill_constant with shape [] (a 0-D constant, e.g. the 0 in `x > 0`) -> "
-                    "shape [1] when every consumer is a broadcasting elementwise/compare/where "
-                    "op with a rank>=1 other operand. Lite converts the 0-D form but its "
-                    'runtime aborts: "no valid out_shape. Must set one of shape_tensor, or '
-                    'shape_tensor_list, or shape."',
-        backends=frozenset({"lite"}),
+                    "shape [1], only when every consumer is a broadcasting elementwise, compare "
+                    "or where op whose other operand has rank >= 1 (same output shape)",
+        backends=_LITE,
         valid_targets=None,
         match=_scalar_fill_promotable,
         fix=_fix_scalar_fill,
+        problem="converts, then the Paddle Lite runtime aborts (SIGABRT): \"fill_constant_op.cc:44 "
+                "InferShapeImpl] no valid out_shape. Must set one of shape_tensor, or "
+                "shape_tensor_list, or shape.\"",
     ),
     Rewrite(
         name="pow2-to-square",
-        description="pow(x, factor=2) -> square(x). Lite's x86 pow kernel returns inf for "
-                    "negative bases (checked: 1x8x8x8 normal input, every negative element).",
-        backends=frozenset({"lite"}),
+        description="pow(x, factor=2) -> square(x); square is the correctly rounded x*x, "
+                    "Paddle's pow kernel differs from it by at most 1 ulp on some elements",
+        backends=_LITE,
         valid_targets=frozenset({"x86"}),
         match=_is_pow2,
         fix=_fix_pow2_to_square,
         exact=False,
+        problem="converts, then the Paddle Lite x86 pow kernel returns inf for every negative "
+                "base",
     ),
     Rewrite(
         name="channel-shuffle-to-transpose",
-        description="channel_shuffle (paddle.nn.ChannelShuffle) -> reshape2, transpose2, reshape2 "
-                    "(pure data movement, bit-identical); Lite has no channel_shuffle kernel "
-                    "on arm or x86. Needs static C, H, W.",
-        backends=frozenset({"lite"}),
+        description="channel_shuffle (paddle.nn.ChannelShuffle) -> reshape2, transpose2, "
+                    "reshape2 (pure data movement, bit-identical; needs static C, H, W)",
+        backends=_LITE,
         valid_targets=None,
         match=lambda op: _channel_shuffle_plan(op) is not None,
         fix=_fix_channel_shuffle,
+        problem="paddle_lite_opt: \"This model is not supported, because 1 ops are not supported "
+                "on 'arm'. These unsupported ops are: 'channel_shuffle'.\" (same on x86)",
     ),
 )
-_BY_NAME = {r.name: r for r in REWRITES}
 
 
 def _check_backend(backend: str, valid_targets: Iterable[str]) -> list[str]:
@@ -623,12 +638,6 @@ class _Hazard:
 
 _HAZARDS: tuple[_Hazard, ...] = (
     _Hazard(
-        "flatten_contiguous_range", frozenset({"lite"}), None, _flatten_no_xshape,
-        "written without its XShape output: Paddle Lite 2.13 dereferences it in "
-        "FlattenContiguousRangeOp::InferType and the converter dies with SIGSEGV (on arm only "
-        "when the flatten is not fused into a following matmul, e.g. flatten -> dropout -> linear)",
-        "rewrite flatten-xshape applies"),
-    _Hazard(
         "pow", frozenset({"lite"}), frozenset({"x86"}), lambda op: op.type == "pow" and not _is_pow2(op),
         "Paddle Lite 2.13 x86 pow kernel returns inf for negative bases (it converts, then "
         "computes wrong outputs)",
@@ -736,10 +745,19 @@ def preflight(model_dir: Path, backend: str, valid_targets: list[str],
                 if rewrite.applies(program):
                     rewrite.apply(program, None)
     else:
-        for rewrite in rewrites:
-            for op_type, n in _count_ops(program, rewrite.match).items():
-                findings.append(Finding(op_type, n, rewrite.description, f"rewrite {rewrite.name} applies"))
-                handled.add(op_type)
+        # each op is credited to the first rewrite that takes it (the order legalize uses)
+        per_rewrite: dict[tuple[str, str], int] = {}
+        for block in program.blocks:
+            for op in block.ops:
+                for rewrite in rewrites:
+                    if rewrite.match(op):
+                        key = (rewrite.name, op.type)
+                        per_rewrite[key] = per_rewrite.get(key, 0) + 1
+                        break
+        by_name = {r.name: r for r in rewrites}
+        for (name, op_type), n in per_rewrite.items():
+            findings.append(Finding(op_type, n, by_name[name].problem, f"rewrite {name} applies"))
+            handled.add(op_type)
 
     for hazard in _HAZARDS:
         if backend not in hazard.backends:

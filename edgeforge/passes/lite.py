@@ -70,7 +70,19 @@ class LiteConvertPass(Pass):
             ref.unlink()
         else:
             meta["float_size_bytes"] = nb.stat().st_size
+        plain_dir = inp.path / "plain_int8"
+        budget = inp.meta.get("accuracy_budget")
+        if budget is not None and plain_dir.is_dir():
+            plain = lite_convert(self.name, plain_dir, out_dir / "plain_int8", vt, False)
+            budget = dict(budget, cost={"size_bytes_int8": plain.stat().st_size, "size_bytes": nb.stat().st_size,
+                                        "size_delta_bytes": nb.stat().st_size - plain.stat().st_size,
+                                        "p50_ms_int8": None, "p50_ms": None,
+                                        "latency_note": "ARM latency is measured on the board (edgeforge bench)"})
+            plain.unlink()
+        if budget is not None:
+            meta["accuracy_budget"] = budget
         for log in out_dir.glob("*.opt.log"):
             log.unlink()
-        meta.update({k: v for k, v in inp.meta.items() if k in ("keep_float", "quantization", "rewrites")})
+        meta.update({k: v for k, v in inp.meta.items()
+                     if k in ("keep_float", "quantization", "rewrites", "calibration_search")})
         return meta

@@ -90,10 +90,8 @@ class PaddlePTQPass(Pass):
     produces = PADDLE_INT8
     Config = QuantConfig
 
-    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+    def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str]) -> Path:
         cfg: QuantConfig = self.config
-        batches = calibration_batches(ctx, cfg)
-        ctx.log(f"PTQ {cfg.algo} on {sum(len(next(iter(b.values()))) for b in batches)} calibration samples")
         with static_mode() as paddle, _fast_kl(), quiet_stdout():
             from paddle.static.quantization import PostTrainingQuantization
 
@@ -101,24 +99,80 @@ class PaddlePTQPass(Pass):
             exe = paddle.static.Executor(paddle.CPUPlace())
             with paddle.static.scope_guard(scope):
                 ptq = PostTrainingQuantization(
-                    executor=exe, scope=scope, model_dir=str(inp.path),
+                    executor=exe, scope=scope, model_dir=str(float_dir),
                     model_filename="model.pdmodel", params_filename="model.pdiparams",
-                    data_loader=lambda: iter(batches), batch_nums=len(batches), algo=cfg.algo,
+                    data_loader=lambda: iter(batches), batch_nums=len(batches), algo=algo,
                     quantizable_op_type=QUANTIZABLE, onnx_format=False,
                     weight_quantize_type="channel_wise_abs_max" if cfg.per_channel_weights else "abs_max",
-                    skip_tensor_list=list(cfg.keep_float) or None,
+                    skip_tensor_list=list(keep) or None,
                 )
                 ptq.quantize()
                 ptq.save_quantized_model(str(out_dir), model_filename="model.pdmodel",
                                          params_filename="model.pdiparams")
         if not (out_dir / "model.pdmodel").is_file():
             raise PassError(self.name, "PostTrainingQuantization wrote no model")
+        return out_dir
+
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        from ..paddle_env import paddle_inference
+        from ..quant.budget import accuracy_drop, fit_budget, paddle_rank
+        from ..runner import edgeforge_runner as runner
+
+        cfg: QuantConfig = self.config
+        batches = calibration_batches(ctx, cfg)
+        n_cal = sum(len(next(iter(b.values()))) for b in batches)
+        scratch = ctx.workdir / "quantize-ptq"
+        scratch.mkdir(exist_ok=True)
+        counter = iter(range(10_000))
+        feeds, labels = evaluation_set(ctx)
+        float_out = None
+        if cfg.calibration_search or (cfg.max_accuracy_drop is not None and cfg.float_fallback):
+            float_out = paddle_inference(inp.path, feeds)
+
+        def evaluate(model: Path) -> float:
+            # Paddle Inference on the fake-quant program simulates the INT8 arithmetic on the host.
+            return accuracy_drop(paddle_inference(model, feeds), float_out, labels)
+
+        algo = cfg.algo
+        search = []
+        if cfg.calibration_search:
+            for cand in ("KL", "hist", "mse", "avg"):
+                ctx.log(f"calibration search: {cand}")
+                m = self._ptq(inp.path, scratch / f"search-{cand}", batches, cand, cfg.keep_float)
+                outs = paddle_inference(m, feeds)
+                drift = runner.drift_metrics(outs, float_out, labels)
+                search.append({"algo": cand, "accuracy_drop": accuracy_drop(outs, float_out, labels),
+                               "cosine": drift["cosine"], "simulated": True})
+            algo = min(search, key=lambda r: (round(r["accuracy_drop"], 6), -r["cosine"]))["algo"]
+
+        def quantize(keep: list[str]) -> Path:
+            ctx.log(f"PTQ {algo} on {n_cal} calibration samples ({len(keep)} layers in float)")
+            return self._ptq(inp.path, scratch / f"q{next(counter)}", batches, algo, keep)
+
+        fit = None
+        if cfg.max_accuracy_drop is None or not cfg.float_fallback:
+            model = quantize(list(cfg.keep_float))
+        else:
+            sub = {k: v[:64] for k, v in feeds.items()}
+            model, fit = fit_budget(quantize, evaluate, lambda m: paddle_rank(inp.path, m, sub),
+                                    cfg.max_accuracy_drop, list(cfg.keep_float))
+        for p in model.iterdir():
+            shutil.copy2(p, out_dir / p.name)
         shutil.copytree(inp.path, out_dir / "float")
-        return {"precision": "int8", "quantization": cfg.model_dump(exclude={"data_digest"}),
-                "keep_float": list(cfg.keep_float), **{k: v for k, v in inp.meta.items() if k == "rewrites"}}
+        meta = {"precision": "int8", "quantization": dict(cfg.model_dump(exclude={"data_digest", "eval_digest"}), algo=algo),
+                "keep_float": list(fit.keep_float if fit else cfg.keep_float),
+                **{k: v for k, v in inp.meta.items() if k == "rewrites"}}
+        if search:
+            meta["calibration_search"] = search
+        if fit is not None:
+            meta["accuracy_budget"] = dict(fit.to_json(), simulated=True,
+                                           note="measured on the host with Paddle Inference on the fake-quant program")
+            if len(fit.keep_float) > len(cfg.keep_float):
+                # convert.lite measures the size cost against plain INT8 from this copy
+                shutil.copytree(quantize(list(cfg.keep_float)), out_dir / "plain_int8")
+        return meta
 
 
-# KL and mse use onnxruntime's histogram collection with edgeforge's threshold search (onnx_ptq).
 _ORT_METHOD = {"KL": "Entropy", "hist": "Percentile", "mse": "Entropy", "avg": "MinMax", "abs_max": "MinMax"}
 
 

@@ -144,3 +144,71 @@ def onnx_rank(float_model: Path, qdq_model: Path, feeds: dict[str, np.ndarray], 
     for f in (aug_f, aug_q):
         f.unlink(missing_ok=True)
     return ranking
+
+
+# ---------------------------------------------------------------- Paddle (fake-quant program) sensitivity
+
+PADDLE_QUANTIZABLE = ("conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2")
+_WEIGHT_SLOTS = ("Filter", "Y")
+
+
+def paddle_layers(model_dir: Path) -> list[dict]:
+    """Quantizable layers of a float program: weight name (the layer id PTQ can skip), the
+    activation input and the output var."""
+    from ..paddle_env import load_program, static_mode
+
+    layers = []
+    with static_mode() as paddle:
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            _, prog, _, _ = load_program(model_dir)
+            block = prog.global_block()
+            for op in block.ops:
+                if op.type not in PADDLE_QUANTIZABLE:
+                    continue
+                weight = next((op.input(s)[0] for s in _WEIGHT_SLOTS if s in op.input_names and op.input(s)
+                               and block.has_var(op.input(s)[0]) and block.var(op.input(s)[0]).persistable), None)
+                act_slot = "Input" if "Input" in op.input_names else "X"
+                if weight is None or not op.input(act_slot):
+                    continue
+                layers.append({"layer": weight, "op": op.type, "input": op.input(act_slot)[0],
+                               "output": op.output_arg_names[0]})
+    return layers
+
+
+def paddle_fetch(model_dir: Path, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
+    """Fetch vars by their float-program names. In a frozen fake-quant program a quantized op
+    writes integer-scaled values that a dequantize op then rescales: read the rescaled one."""
+    from ..paddle_env import load_program, static_mode
+
+    with static_mode() as paddle:
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            exe, prog, feed_names, _ = load_program(model_dir)
+            block = prog.global_block()
+            dequant = {op.input("X")[0]: op.output("Out")[0] for op in block.ops
+                       if "dequantize" in op.type and "X" in op.input_names and op.input("X")}
+            present = [n for n in names if block.has_var(n)]
+            actual = [dequant.get(n, n) for n in present]
+            outs = exe.run(prog, feed={k: feeds[k] for k in feed_names}, fetch_list=actual)
+    return dict(zip(present, (np.asarray(o) for o in outs)))
+
+
+def paddle_rank(float_dir: Path, quant_dir: Path, feeds: dict) -> list[tuple[str, float]]:
+    """Rank the quantizable layers of a Paddle fake-quant program, worst first, by the fidelity
+    each loses: SQNR of its input minus SQNR of its output, both against the float program."""
+    layers = paddle_layers(float_dir)
+    names = sorted({v for layer in layers for v in (layer["input"], layer["output"])})
+    ref = paddle_fetch(float_dir, feeds, names)
+    got = paddle_fetch(quant_dir, feeds, names)
+    ranking = []
+    for layer in layers:
+        i, o = layer["input"], layer["output"]
+        if o not in ref or o not in got:
+            continue
+        s_in = sqnr_db(ref[i], got[i]) if i in ref and i in got else float("inf")
+        s_out = sqnr_db(ref[o], got[o])
+        damage = (s_in if np.isfinite(s_in) else 200.0) - s_out
+        ranking.append((layer["layer"], s_out, damage))
+    ranking.sort(key=lambda item: -item[2])
+    return [(name, s_out) for name, s_out, _ in ranking]

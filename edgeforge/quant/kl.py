@@ -271,6 +271,9 @@ def abs_histogram(values: np.ndarray, edges: np.ndarray, overwrite: bool = False
         span = en - e0
         fallback = not (math.isfinite(e0) and math.isfinite(en) and span > 0
                         and bool(np.all(np.diff(edges) > 0))
+                        # evenly spaced (np.histogram/linspace edges), to 1e-6 of a bin
+                        and float(np.max(np.abs((edges - e0) * (n / span)
+                                                - np.arange(n + 1)))) <= 1e-6
                         # float32 estimate error <= 2**-22 * n * (ratio + 1) bins: keep < 1/4
                         and n * (max(abs(e0), abs(en)) / span + 1.0) <= 2.0 ** 20)
     if fallback:

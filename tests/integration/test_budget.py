@@ -59,3 +59,14 @@ def test_budget_miss_is_a_gate_failure_exit_1(outlier_project, tmp_path):
     assert res.returncode == 1, res.stderr
     assert [ln for ln in res.stderr.splitlines() if ln.startswith("error:")][0].startswith("error: verify failed")
     assert (tmp_path / "o" / "manifest.json").is_file()
+
+
+def test_lite_path_fallback_meets_budget_on_simulated_int8(outlier_project, tmp_path):
+    """For an ARM .nb the host cannot run the artifact; the budget is checked on Paddle
+    Inference running the fake-quant program, and the size cost is measured on the .nb."""
+    m = api.build(outlier_project, "rpi4", out=tmp_path / "rpi4", max_accuracy_drop=1.0).manifest
+    ab = m["accuracy_budget"]
+    assert ab["simulated"] and ab["initial_drop"] > 1.0 and ab["met"] and ab["final_drop"] <= 1.0
+    assert m["keep_float"] == ab["keep_float"] and all(name.endswith(".w_0") for name in m["keep_float"])
+    assert ab["cost"]["size_bytes"] == m["artifact"]["size_bytes"] > ab["cost"]["size_bytes_int8"]
+    assert m["verify"]["status"] == "device-only"
