@@ -183,8 +183,9 @@ def cmd_check(args) -> int:
 
     report = api.check(args.project, args.target, backend=args.backend)
     con = _console()
-    if report["rewrites"]:
-        con.print("rewrites legalize applies: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in report["rewrites"]))
+    applied = [r for r in report["rewrites"] if r.get("ops")]
+    if applied:
+        con.print("rewrites legalize applies: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied))
     if not report["findings"]:
         con.print(f"[green]ok[/green]: {report['target']} ({report['backend']}) takes every op of {report['name']} "
                   f"after legalize ({report['num_ops']} ops)")

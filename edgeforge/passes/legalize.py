@@ -3,8 +3,9 @@
 Paddle 3.3 exports (``paddle.jit.save`` with ``FLAGS_enable_pir_api=0``) drop attributes and
 outputs that are no longer in Paddle's own op definitions ("clip extra"). Paddle Lite 2.13rc0
 still reads some of them unconditionally and then aborts or segfaults the whole process.
-Every rewrite here restores an equivalent op form; none changes the numbers the model computes
-(``tests/integration/test_legalize.py`` checks each one against Paddle Inference).
+Every rewrite here swaps an op for an equivalent form the converter takes. All but one are
+bit-exact under Paddle Inference; ``pow2-to-square`` (``exact=False``) agrees to 1 ulp.
+``tests/integration/test_legalize.py`` checks each one against Paddle Inference.
 ``docs/legalize-findings.md`` records the failures each rewrite answers, with the exact messages.
 
 Model directory format: ``model.pdmodel`` + ``model.pdiparams`` (legacy ProgramDesc).
@@ -13,7 +14,6 @@ Paddle is imported lazily, in legacy-IR mode, so importing this module costs not
 from __future__ import annotations
 
 import functools
-import multiprocessing
 import os
 import re
 import shutil
@@ -45,7 +45,8 @@ def _paddle():
 
 
 class _StaticLegacy:
-    """Static graph mode, legacy IR, for the duration of the block; restores what was there."""
+    """Static graph mode, legacy IR, for the duration of the block; restores what was there
+    (paddle's OldIrGuard enters static mode from dygraph and switches PIR off if it was on)."""
 
     def __enter__(self):
         paddle = _paddle()
@@ -53,14 +54,9 @@ class _StaticLegacy:
 
         self._guard = OldIrGuard()
         self._guard.__enter__()
-        self._was_dynamic = paddle.in_dynamic_mode()
-        if self._was_dynamic:
-            paddle.enable_static()
         return paddle
 
     def __exit__(self, *exc):
-        if self._was_dynamic:
-            _paddle().disable_static()
         return self._guard.__exit__(*exc)
 
 
@@ -115,7 +111,7 @@ def _strip_extras(op) -> None:
     from paddle.base import core  # noqa: PLC0415
 
     for name in list(core.get_op_extra_attrs(op.type).keys()) + list(_NOISE_ATTRS):
-        if op.desc.has_attr(name):
+        if _has_attr(op, name):
             op.desc.remove_attr(name)
 
 
@@ -545,8 +541,9 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
     """Apply ``rewrites_for(backend, valid_targets)`` to the model in ``src_dir``; write the
     result to ``dst_dir`` (model.pdmodel + model.pdiparams, same feed and fetch names).
 
-    Returns one ``{"rewrite": name, "ops": n}`` per rewrite considered, in order. When nothing
-    changes, the input files are copied byte for byte.
+    Returns ``[{"rewrite": name, "ops": n}, ...]`` for the rewrites that changed something
+    (n > 0), in the order they ran; ``[]`` when none did, and then the input files are copied
+    byte for byte.
     """
     src_dir, dst_dir = Path(src_dir), Path(dst_dir)
     rewrites = rewrites_for(backend, valid_targets)
@@ -561,7 +558,7 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
         shutil.copyfile(model_file, dst_dir / MODEL_FILE)
         if params_file.exists():
             shutil.copyfile(params_file, dst_dir / PARAMS_FILE)
-        return [{"rewrite": r.name, "ops": 0} for r in rewrites]
+        return []
 
     with _StaticLegacy() as paddle:
         scope = paddle.static.Scope()
@@ -575,7 +572,9 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
             want_feeds, want_fetches = list(feed_names), [v.name for v in fetch_vars]
             report = []
             for rewrite in rewrites:
-                report.append({"rewrite": rewrite.name, "ops": rewrite.apply(program, scope)})
+                n = rewrite.apply(program, scope)
+                if n:
+                    report.append({"rewrite": rewrite.name, "ops": n})
             block = program.global_block()
             dst_dir.mkdir(parents=True, exist_ok=True)
             try:
