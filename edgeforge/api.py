@@ -49,7 +49,7 @@ def project_artifact(project: Project):
 def plan_passes(project: Project, target: TargetProfile, backend: str, precision: str,
                 algo: str | None = None, keep_float: list[str] | None = None,
                 max_accuracy_drop: float | None = None, calibration_search: bool = False,
-                float_fallback: bool = True):
+                float_fallback: bool = True, legalize: bool = True):
     from .passes.export import ExportPass
     from .passes.legalize_pass import LegalizePass
     from .passes.lite import LiteConvertPass
@@ -67,7 +67,9 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
                        data_digest=_digest_or_empty(project.path(project.spec.data.calibration)),
                        eval_digest=_digest_or_empty(project.path(project.spec.data.evaluation)))
     vt = list(getattr(bcfg, "valid_targets", []))
-    passes = [ExportPass(), LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt))]
+    passes = [ExportPass()]
+    if legalize:
+        passes.append(LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt)))
     if backend == "lite":
         if precision == "int8":
             passes.append(PaddlePTQPass(qcfg))
@@ -126,7 +128,7 @@ def toolchain_versions() -> dict:
 def build(project_dir: str | Path, target: str, *, out: str | Path | None = None, precision: str | None = None,
           backend: str | None = None, no_cache: bool = False, cache_dir: str | Path | None = None,
           algo: str | None = None, max_accuracy_drop: float | None = None, calibration_search: bool = False,
-          float_fallback: bool = True, on_event: Event | None = None, log: Log | None = None) -> BuildResult:
+          float_fallback: bool = True, legalize: bool = True, on_event: Event | None = None, log: Log | None = None) -> BuildResult:
     """Build PROJECT for TARGET. Returns the output directory and its manifest.
 
     Raises ConfigError (bad input) or PassError (a pass failed). The output directory is
@@ -144,7 +146,8 @@ def build(project_dir: str | Path, target: str, *, out: str | Path | None = None
     project.load_data("evaluation")
     source = project_artifact(project)
     passes = plan_passes(project, profile, backend, precision, algo=algo, max_accuracy_drop=max_accuracy_drop,
-                         calibration_search=calibration_search, float_fallback=float_fallback)
+                         calibration_search=calibration_search, float_fallback=float_fallback,
+                         legalize=legalize)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
     cache = Cache(cache_dir, enabled=not no_cache)
     with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:

@@ -68,7 +68,7 @@ def cmd_build(args) -> int:
         result = api.build(args.project, args.target, out=args.out, precision=args.precision,
                            backend=args.backend, no_cache=args.no_cache, algo=args.calibration,
                            max_accuracy_drop=args.max_accuracy_drop, calibration_search=args.calibration_search,
-                           float_fallback=not args.no_fallback,
+                           float_fallback=not args.no_fallback, legalize=not args.no_legalize,
                            on_event=on_event, log=log)
     print_build_summary(result.manifest, result.out_dir)
     if result.verify_status == "failed":
@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="try KL, hist, mse and avg calibration; keep the best on the evaluation set")
     b.add_argument("--no-fallback", action="store_true",
                    help="never keep layers in float; a missed accuracy budget fails the build (exit 1)")
+    b.add_argument("--no-legalize", action="store_true",
+                   help="skip the legalize pass and pre-flight: hand the raw export to the converter (debugging)")
     b.add_argument("--no-cache", action="store_true")
     b.add_argument("--quiet", "-q", action="store_true")
     b.set_defaults(func=cmd_build)
@@ -264,7 +266,7 @@ EXTRA_COMMANDS: list[Callable] = []
 def _load_extra_commands() -> None:
     import importlib
 
-    for mod in ("edgeforge.device.cli", "edgeforge.results.cli"):
+    for mod in ("edgeforge.device.cli", "edgeforge.results.cli", "edgeforge.report.cli"):
         try:
             m = importlib.import_module(mod)
         except ImportError:

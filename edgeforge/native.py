@@ -51,8 +51,13 @@ def ops_in_log(text: str) -> list[str]:
     return found
 
 
+_CHATTER = ("Loading topology data", "Loading params data", "1. Model is successfully loaded",
+            "[Paddle2ONNX] Start", "[Paddle2ONNX] Model file", "[Paddle2ONNX] Parameters file")
+
+
 def last_lines(text: str, n: int = 3) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not set(ln.strip()) <= set("-=*")]
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not set(ln.strip()) <= set("-=*") and not ln.strip().startswith(_CHATTER)]
     return " | ".join(lines[-n:])[:400]
 
 
@@ -96,7 +101,7 @@ def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log
             ops = suspects()
         except Exception:  # noqa: BLE001 - naming suspects is best effort
             ops = []
-    op_note = f" at op {', '.join(ops[:3])}" if ops else ""
+    op_note = f" at op {'; '.join(ops[:3])}" if ops else ""
     if result is not None and result[0] == "error":   # a Python exception inside the child
         raise PassError(pass_name, f"{what} failed{op_note}: {result[1].splitlines()[0][:300]}",
                         hint=hint or f"see {log_path}")

@@ -145,15 +145,16 @@ class Rewrite:
 
     def apply(self, program, scope) -> int:  # noqa: ARG002 - scope: for rewrites that touch weights
         changed = 0
-        for block in program.blocks:
-            i = 0
-            while i < len(block.ops):
-                op = block.ops[i]
-                if self.match(op):
-                    changed += self.fix(block, i, op)
-                i += 1
-        if changed:
-            program._sync_with_cpp()
+        with _StaticLegacy():  # building an Operator needs static mode
+            for block in program.blocks:
+                i = 0
+                while i < len(block.ops):
+                    op = block.ops[i]
+                    if self.match(op):
+                        changed += self.fix(block, i, op)
+                    i += 1
+            if changed:
+                program._sync_with_cpp()
         return changed
 
 
@@ -739,10 +740,9 @@ def preflight(model_dir: Path, backend: str, valid_targets: list[str],
 
     rewrites = rewrites_for(backend, targets)
     if after_legalize:
-        with _StaticLegacy():
-            for rewrite in rewrites:
-                if rewrite.applies(program):
-                    rewrite.apply(program, None)
+        for rewrite in rewrites:
+            if rewrite.applies(program):
+                rewrite.apply(program, None)
     else:
         # each op is credited to the first rewrite that takes it (the order legalize uses)
         per_rewrite: dict[tuple[str, str], int] = {}

@@ -27,11 +27,14 @@ pure Python: O(bins^2) list work, ~3 s per activation at 2048 bins.
 Inputs the fast path does not cover (non-integral or negative counts, totals beyond 2**53,
 fewer than 3 bins, ``bits < 2``) are passed to the reference implementation unchanged.
 
-Once the search is fast, KL PTQ time goes to histogram collection: Paddle's
+Once the search is fast, KL PTQ time goes to the sampling stage. Paddle's
 ``_sample_histogram`` calls ``np.histogram(np.abs(t), bins=edges)`` with an *array* of edges,
-which numpy serves by sorting every 65536-element block. :func:`abs_histogram` gives the same
-counts (int64, bit-identical) with an O(1) bin estimate per element, corrected against the
-float32 images of the edges, on 2 threads; :func:`fast_kl` patches the sampler with it too.
+which numpy serves by sorting every 65536-element block, and both sampling passes copy every
+activation out of the scope. :func:`abs_histogram` gives the same int64 counts with an O(1)
+bin estimate per element, corrected against the float32 images of the edges, on a small
+thread pool; activations are read as zero-copy DLPack views. :func:`fast_kl` installs these
+in ``PostTrainingQuantization._sample_histogram`` and ``_collect_activation_abs_min_max``
+(only while their source is the Paddle 3.3 one they mirror).
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["cal_kl_threshold_fast", "kl_divergences_exact", "abs_histogram",
-           "fast_kl", "install", "uninstall"]
+           "fast_kl", "install", "uninstall", "installed"]
 
 _EPS = np.finfo(np.float64).eps / 2        # unit roundoff u = 2**-53
 _TOL_SAFETY = 8.0                          # the bound below is first-order; keep a wide margin
@@ -59,7 +62,7 @@ _PATCH_SITES = (
     "paddle.quantization.imperative.ptq_quantizer",
 )
 _originals: dict[str, Callable] = {}       # module name -> the function it held before install()
-_original_sampler: Callable | None = None  # PostTrainingQuantization._sample_histogram
+_original_methods: dict[str, Callable] = {}  # PostTrainingQuantization method -> original
 _install_depth = 0
 
 
@@ -207,14 +210,16 @@ def _workers() -> int:
         return max(1, min(4, os.cpu_count() or 1))
 
 
-def _get_pool() -> ThreadPoolExecutor | None:
+def _map(fn, items: list) -> list:
+    """``[fn(x) for x in items]``, on a small thread pool when there is more than one core
+    (numpy releases the GIL in the per-block work, except in ``bincount``)."""
     global _pool
-    if _workers() < 2:
-        return None
+    if len(items) < 2 or _workers() < 2:
+        return [fn(x) for x in items]
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(_workers(), thread_name_prefix="edgeforge-hist")
-        return _pool
+    return list(_pool.map(fn, items))
 
 
 def _f32_ceil(e: np.ndarray) -> np.ndarray:
@@ -228,87 +233,173 @@ def _f32_ceil(e: np.ndarray) -> np.ndarray:
     return t
 
 
-def _hist_chunk(ax: np.ndarray, scale: np.float32, shift: np.float32,
-                t_lo: np.ndarray, n: int) -> np.ndarray:
-    """Counts of one contiguous chunk of |x| (all within the edges, float32)."""
+class _Plan:
+    """How to histogram one tensor's |values| on fixed edges with the fast kernel."""
+
+    __slots__ = ("x", "n", "scale", "shift", "t_lo")
+
+    def __init__(self, x, n, scale, shift, t_lo):
+        self.x, self.n, self.scale, self.shift, self.t_lo = x, n, scale, shift, t_lo
+
+
+def _plan(values: np.ndarray, edges: np.ndarray):
+    """A :class:`_Plan`, or None when numpy itself must decide (any doubt)."""
+    if values.dtype != np.float32 or edges.ndim != 1 or edges.dtype != np.float64 \
+            or edges.size < 2 or values.size == 0:
+        return None
+    e0, en = float(edges[0]), float(edges[-1])
+    n = edges.size - 1
+    span = en - e0
+    if not (math.isfinite(e0) and math.isfinite(en) and span > 0):
+        return None
+    # The estimate y below is within 2**-22 * n * (ratio + 1) of exact: keep that <= 1/4.
+    if n * (max(abs(e0), abs(en)) / span + 1.0) > 2.0 ** 20:
+        return None
+    if not bool(np.all(np.diff(edges) > 0)):
+        return None
+    # evenly spaced (np.histogram / linspace edges), to 1e-6 of a bin
+    if float(np.max(np.abs((edges - e0) * (n / span) - np.arange(n + 1)))) > 1e-6:
+        return None
+    x = values.reshape(-1)
+    lo, hi = x.min(), x.max()                     # NaN propagates -> numpy decides
+    if math.isnan(lo) or math.isnan(hi) or max(float(hi), -float(lo)) > en:
+        return None                               # something above the last edge
+    # Values below edges[0] are not ruled out here when the tensor has both signs; they end
+    # up with a negative bin index, which bincount refuses -> numpy decides (see _chunk).
+    if e0 > 0 and lo >= 0 and float(lo) < e0:
+        return None
+    if e0 > 0 and hi <= 0 and -float(hi) < e0:
+        return None
+    # Bin k holds t[k] <= |x| < t[k+1] (t: float32 images of the edges), the last bin also
+    # |x| == t[n]. y = |x| * scale + shift is within 1/4 of the exact (|x| - e0) n / span + 1/2
+    # (one float32 rounding each of scale, shift, the product and the sum, all bounded by the
+    # ratio test above), so trunc(y) is the true bin k or k + 1, and a single comparison with
+    # t[trunc(y)] settles it. t_lo[n] = inf sends |x| == edges[-1] (estimate n) to bin n - 1.
+    t_lo = _f32_ceil(edges)
+    t_lo[n] = np.inf
+    return _Plan(x, n, np.float32(n / span), np.float32(0.5 - e0 * (n / span)), t_lo)
+
+
+def _chunk(task) -> np.ndarray | None:
+    """Counts for ``plan.x[start:stop]``; None if a value fell below the first edge."""
+    plan, start, stop = task
+    n, scale, shift, t_lo = plan.n, plan.scale, plan.shift, plan.t_lo
     out = np.zeros(n, dtype=np.intp)
+    a = np.empty(_BLOCK, np.float32)
     y = np.empty(_BLOCK, np.float32)
-    t = np.empty(_BLOCK, np.float32)
+    j32 = np.empty(_BLOCK, np.int32)
     j = np.empty(_BLOCK, np.intp)
     m = np.empty(_BLOCK, np.bool_)
-    for start in range(0, ax.size, _BLOCK):
-        a = ax[start:start + _BLOCK]
-        k = a.size
-        yy, tt, jj, mm = y[:k], t[:k], j[:k], m[:k]
-        # y = (x - e0) * n / span + 1/2 (within 1/4 of exact); trunc(y) is the true bin k
-        # or k + 1, never anything else (see abs_histogram)
-        np.multiply(a, scale, out=yy)
-        np.add(yy, shift, out=yy)
-        jj[...] = yy
-        np.take(t_lo, jj, out=tt)                # one step down where x < edge[j]
-        np.less(a, tt, out=mm)
-        np.subtract(jj, mm, out=jj)
-        out += np.bincount(jj, minlength=n)
+    try:
+        for s in range(start, stop, _BLOCK):
+            src = plan.x[s:min(s + _BLOCK, stop)]
+            k = src.size
+            aa, yy, jj32, jj, mm = a[:k], y[:k], j32[:k], j[:k], m[:k]
+            np.abs(src, out=aa)
+            np.multiply(aa, scale, out=yy)
+            np.add(yy, shift, out=yy)
+            jj32[...] = yy                         # trunc (float32 -> int32 is the fast cast)
+            jj[...] = jj32
+            np.less(aa, t_lo[jj], out=mm)          # one step down where |x| < edge[j]
+            np.subtract(jj, mm, out=jj)
+            out += np.bincount(jj, minlength=n)    # ValueError on a negative index
+    except (ValueError, IndexError):
+        return None
     return out
 
 
-def abs_histogram(values: np.ndarray, edges: np.ndarray, overwrite: bool = False) -> np.ndarray:
-    """``np.histogram(np.abs(values), bins=edges)[0]``, the same int64 counts, much faster.
+def _abs_histograms(pairs: list) -> list:
+    """``[np.histogram(np.abs(v), bins=e)[0] for v, e in pairs]``, the same int64 counts."""
+    plans = [_plan(np.asarray(v), np.asarray(e)) for v, e in pairs]
+    tasks, owner = [], []
+    for idx, plan in enumerate(plans):
+        if plan is None:
+            continue
+        size = plan.x.size
+        for start in range(0, size, _CHUNK):
+            tasks.append((plan, start, min(start + _CHUNK, size)))
+            owner.append(idx)
+    results: list = [None] * len(pairs)
+    failed = set()
+    for idx, counts in zip(owner, _map(_chunk, tasks)):
+        if counts is None:
+            failed.add(idx)
+        elif results[idx] is None:
+            results[idx] = counts
+        else:
+            results[idx] += counts
+    for idx, (v, e) in enumerate(pairs):
+        if plans[idx] is None or idx in failed:
+            results[idx] = np.histogram(np.abs(v), bins=e)[0]
+    return results
 
-    Bin k holds ``edges[k] <= |x| < edges[k+1]`` (the last bin closed), values outside the
-    edges or NaN are not counted, exactly as numpy's sorting path. The fast path needs float32
-    values inside ``[edges[0], edges[-1]]`` and edges whose spacing is far above float32
-    resolution (true for Paddle PTQ, whose edges span the same data's |min|..|max|); anything
-    else goes to numpy itself. ``overwrite=True`` lets it take |values| in place.
+
+def abs_histogram(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``np.histogram(np.abs(values), bins=edges)[0]``: the same int64 counts, ~15x faster.
+
+    Bin k holds ``edges[k] <= |x| < edges[k+1]`` (the last bin closed); values outside the
+    edges or NaN are not counted, exactly as numpy's (sorting) path for an array of edges.
+    The fast path needs float32 values and evenly spaced float64 edges much wider apart than
+    float32 resolution (Paddle PTQ's: 2048 bins over the same data's |min|..|max|); anything
+    else, or any value outside the edges, is left to numpy itself. ``values`` is not modified.
     """
-    edges = np.asarray(edges)
-    values = np.asarray(values)
-    fallback = values.dtype != np.float32 or edges.ndim != 1 or edges.dtype != np.float64 \
-        or edges.size < 2
-    if not fallback:
-        e0, en = float(edges[0]), float(edges[-1])
-        n = edges.size - 1
-        span = en - e0
-        fallback = not (math.isfinite(e0) and math.isfinite(en) and span > 0
-                        and bool(np.all(np.diff(edges) > 0))
-                        # evenly spaced (np.histogram/linspace edges), to 1e-6 of a bin
-                        and float(np.max(np.abs((edges - e0) * (n / span)
-                                                - np.arange(n + 1)))) <= 1e-6
-                        # float32 estimate error <= 2**-22 * n * (ratio + 1) bins: keep < 1/4
-                        and n * (max(abs(e0), abs(en)) / span + 1.0) <= 2.0 ** 20)
-    if fallback:
-        return np.histogram(np.abs(values), bins=edges)[0]
-
-    ax = values.reshape(-1)
-    if overwrite and ax.flags.c_contiguous and ax.flags.writeable:
-        np.abs(ax, out=ax)
-    else:
-        ax = np.abs(ax)
-    if ax.size == 0:
-        return np.zeros(n, dtype=np.intp)
-    lo, hi = ax.min(), ax.max()                 # NaN propagates -> fallback
-    if not (lo >= e0 and hi <= en):
-        return np.histogram(ax, bins=edges)[0]  # outside the edges (or NaN): numpy decides
-
-    # Bin k holds t[k] <= x < t[k+1] (float32 images of the edges), the last bin also x == t[n].
-    # The estimate y = x * scale + shift is within 2**-22 * n * (ratio + 1) <= 1/4 of the exact
-    # (x - e0) * n / span + 1/2 (one float32 rounding each of scale, shift, the product and the
-    # sum), so trunc(y) is the true bin or the next one; a single compare with t[trunc(y)]
-    # settles it. t_lo[n] = inf makes x == edges[-1] (estimate n) land in the last bin.
-    t_lo = _f32_ceil(edges)
-    t_lo[n] = np.inf
-    scale = np.float32(n / span)
-    shift = np.float32(0.5 - e0 * (n / span))
-
-    pool = _get_pool() if ax.size >= 2 * _CHUNK else None
-    if pool is None:
-        return _hist_chunk(ax, scale, shift, t_lo, n)
-    parts = [ax[i:i + _CHUNK] for i in range(0, ax.size, _CHUNK)]
-    return sum(pool.map(lambda p: _hist_chunk(p, scale, shift, t_lo, n), parts))
+    return _abs_histograms([(values, edges)])[0]
 
 
-# The sampler is replaced only while its source is the one this copy mirrors.
-_SAMPLE_HISTOGRAM_SOURCE = """\
+def _abs_min_max(values: np.ndarray) -> tuple[float, float]:
+    """``(float(np.min(np.abs(v))), float(np.max(np.abs(v))))`` without a full |v| copy."""
+    if values.dtype.kind != "f" or values.dtype.itemsize not in (4, 8):
+        a = np.abs(values)
+        return float(np.min(a)), float(np.max(a))
+    x = values.reshape(-1)
+    lo, hi = x.min(), x.max()
+    if math.isnan(lo) or math.isnan(hi):
+        a = np.abs(values)
+        return float(np.min(a)), float(np.max(a))
+    if lo >= 0:                                   # abs() also turns -0.0 into 0.0
+        return float(abs(lo)), float(abs(hi))
+    if hi <= 0:
+        return float(abs(hi)), float(abs(lo))
+    step = _BLOCK * 4                             # both signs: min |x| block by block
+    buf = np.empty(min(step, x.size), x.dtype)
+    amin = math.inf
+    for s in range(0, x.size, step):
+        part = x[s:s + step]
+        amin = min(amin, float(np.abs(part, out=buf[:part.size]).min()))
+    return amin, float(max(hi, -lo))
+
+
+# ----------------------------------------------------------------- Paddle PTQ sampling stage
+class _Capsule:
+    """Hands a DLPack capsule to ``np.from_dlpack`` (numpy wants an object with __dlpack__)."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)                             # kDLCPU
+
+
+def _read_activation(scope, var_name: str, utils) -> np.ndarray:
+    """The variable's data as a read-only numpy view (no copy) where Paddle can share it,
+    else Paddle's own copy (``utils.load_variable_data``). Same values either way."""
+    var = scope.find_var(var_name)
+    if var is not None:
+        try:
+            view = np.from_dlpack(_Capsule(var.get_tensor()._to_dlpack()))
+            return view.reshape(1) if view.shape == () else view
+        except Exception:                         # dtype numpy lacks, non-CPU place, ...
+            pass
+    return utils.load_variable_data(scope, var_name)
+
+
+# The two PostTrainingQuantization methods are replaced only while their source is exactly the
+# one the replacements below mirror (Paddle 3.3); otherwise Paddle's own stay in place.
+_ORIGINAL_SOURCES = {
+    "_sample_histogram": '''\
 def _sample_histogram(self):
     for var_name in self._quantized_act_var_name:
         var_tensor = utils.load_variable_data(self._scope, var_name)
@@ -321,32 +412,78 @@ def _sample_histogram(self):
         bins = self._sampling_act_histogram[var_name][1]
         hist, _ = np.histogram(var_tensor_abs, bins=bins)
         self._sampling_act_histogram[var_name][0] += hist
-"""
+''',
+    "_collect_activation_abs_min_max": """\
+def _collect_activation_abs_min_max(self):
+    '''
+    Collect the abs_min and abs_max for all activation. When algo = KL,
+    get the min and max value, and then calculate the threshold.
+    '''
+    for var_name in self._quantized_act_var_name:
+        var_tensor = utils.load_variable_data(self._scope, var_name)
+        if var_tensor.size == 0:
+            self._zero_size_var_names.add(var_name)
+            continue
+        var_tensor = np.abs(var_tensor)
+        min_value = float(np.min(var_tensor))
+        max_value = float(np.max(var_tensor))
+        if var_name not in self._sampling_act_abs_min_max:
+            self._sampling_act_abs_min_max[var_name] = [
+                min_value,
+                max_value,
+            ]
+        else:
+            if min_value < self._sampling_act_abs_min_max[var_name][0]:
+                self._sampling_act_abs_min_max[var_name][0] = min_value
+            if max_value > self._sampling_act_abs_min_max[var_name][1]:
+                self._sampling_act_abs_min_max[var_name][1] = max_value
+""",
+}
 
 
-def _make_fast_sampler(ptq_module):
+def _make_fast_methods(ptq_module) -> dict[str, Callable]:
     utils = ptq_module.utils
 
     def _sample_histogram(self):
+        todo = []
         for var_name in self._quantized_act_var_name:
-            var_tensor = utils.load_variable_data(self._scope, var_name)   # a fresh copy
+            var_tensor = _read_activation(self._scope, var_name, utils)
             if (var_tensor.size == 0) or (var_name not in self._sampling_act_histogram):
                 self._zero_size_var_names.add(var_name)
                 continue
-            bins = self._sampling_act_histogram[var_name][1]
-            hist = abs_histogram(var_tensor, bins, overwrite=True)
+            todo.append((var_name, var_tensor))
+        hists = _abs_histograms([(t, self._sampling_act_histogram[name][1]) for name, t in todo])
+        for (var_name, _), hist in zip(todo, hists):
             self._sampling_act_histogram[var_name][0] += hist
 
-    _sample_histogram.__edgeforge_fast__ = True
-    return _sample_histogram
+    def _collect_activation_abs_min_max(self):
+        for var_name in self._quantized_act_var_name:
+            var_tensor = _read_activation(self._scope, var_name, utils)
+            if var_tensor.size == 0:
+                self._zero_size_var_names.add(var_name)
+                continue
+            min_value, max_value = _abs_min_max(var_tensor)
+            if var_name not in self._sampling_act_abs_min_max:
+                self._sampling_act_abs_min_max[var_name] = [min_value, max_value]
+            else:
+                if min_value < self._sampling_act_abs_min_max[var_name][0]:
+                    self._sampling_act_abs_min_max[var_name][0] = min_value
+                if max_value > self._sampling_act_abs_min_max[var_name][1]:
+                    self._sampling_act_abs_min_max[var_name][1] = max_value
+
+    fns = {"_sample_histogram": _sample_histogram,
+           "_collect_activation_abs_min_max": _collect_activation_abs_min_max}
+    for fn in fns.values():
+        fn.__edgeforge_fast__ = True
+    return fns
 
 
-def _sampler_matches(fn) -> bool:
+def _source_matches(fn, expected: str) -> bool:
     try:
-        src = inspect.cleandoc("\n" + inspect.getsource(fn))
+        src = inspect.getsource(fn)
     except (OSError, TypeError):
         return False
-    return src.strip() == _SAMPLE_HISTOGRAM_SOURCE.strip()
+    return inspect.cleandoc("\n" + src).strip() == expected.strip()
 
 
 # --------------------------------------------------------------------------- public API
@@ -399,11 +536,11 @@ def cal_kl_threshold_fast(hist, bin_width, bits):
 
 
 # --------------------------------------------------------------------------- patching
-def install(histogram: bool = True) -> None:
-    """Make Paddle's PTQ use :func:`cal_kl_threshold_fast`, and (``histogram=True``) collect
-    its KL/hist histograms with :func:`abs_histogram`. Re-entrant; undone by :func:`uninstall`.
-    """
-    global _install_depth, _original_sampler
+def install(sampling: bool = True) -> None:
+    """Make Paddle's PTQ use :func:`cal_kl_threshold_fast`; with ``sampling=True`` also its
+    KL/hist sampling stage (abs min/max and histograms) uses the fast, identical helpers.
+    Re-entrant; undone by :func:`uninstall`."""
+    global _install_depth
     import importlib
 
     if _install_depth == 0:
@@ -417,19 +554,20 @@ def install(histogram: bool = True) -> None:
                 continue
             _originals[name] = current
             mod.cal_kl_threshold = cal_kl_threshold_fast
-        if histogram:
+        if sampling:
             ptq = importlib.import_module("paddle.static.quantization.post_training_quantization")
             cls = ptq.PostTrainingQuantization
-            current = cls.__dict__.get("_sample_histogram")
-            if current is not None and _sampler_matches(current):
-                _original_sampler = current
-                cls._sample_histogram = _make_fast_sampler(ptq)
+            for name, fast in _make_fast_methods(ptq).items():
+                current = cls.__dict__.get(name)
+                if current is not None and _source_matches(current, _ORIGINAL_SOURCES[name]):
+                    _original_methods[name] = current
+                    setattr(cls, name, fast)
     _install_depth += 1
 
 
 def uninstall() -> None:
     """Undo :func:`install` (the outermost call restores Paddle's functions)."""
-    global _install_depth, _original_sampler
+    global _install_depth
     import sys
 
     if _install_depth == 0:
@@ -442,20 +580,25 @@ def uninstall() -> None:
         if mod is not None and getattr(mod, "cal_kl_threshold", None) is cal_kl_threshold_fast:
             mod.cal_kl_threshold = fn
     _originals.clear()
-    if _original_sampler is not None:
-        ptq = sys.modules.get("paddle.static.quantization.post_training_quantization")
-        if ptq is not None:
-            cls = ptq.PostTrainingQuantization
-            if getattr(cls.__dict__.get("_sample_histogram"), "__edgeforge_fast__", False):
-                cls._sample_histogram = _original_sampler
-        _original_sampler = None
+    ptq = sys.modules.get("paddle.static.quantization.post_training_quantization")
+    for name, fn in list(_original_methods.items()):
+        cls = ptq.PostTrainingQuantization if ptq is not None else None
+        if cls is not None and getattr(cls.__dict__.get(name), "__edgeforge_fast__", False):
+            setattr(cls, name, fn)
+    _original_methods.clear()
+
+
+def installed() -> bool:
+    """Whether :func:`install` is in effect."""
+    return _install_depth > 0
 
 
 @contextlib.contextmanager
-def fast_kl(histogram: bool = True):
-    """Within the block, Paddle PTQ with ``algo="KL"`` uses the fast threshold search (and,
-    with ``histogram=True``, the fast histogram collection, also used by ``algo="hist"``)."""
-    install(histogram=histogram)
+def fast_kl(sampling: bool = True):
+    """Within the block, Paddle PTQ with ``algo="KL"`` picks thresholds with
+    :func:`cal_kl_threshold_fast` and (``sampling=True``) collects its abs min/max and
+    histograms with the fast helpers; results are identical to Paddle's own."""
+    install(sampling=sampling)
     try:
         yield
     finally:

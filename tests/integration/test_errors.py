@@ -138,3 +138,17 @@ def test_failed_build_keeps_the_previous_output(project, tmp_path):
     assert res.returncode == 2
     assert (out / "manifest.json").read_text() == before
     assert (out / "model.onnx").is_file()
+
+
+def test_converter_crash_is_one_line_naming_pass_and_op(project, tmp_path):
+    """Paddle Lite's optimizer segfaults on flatten_contiguous_range for x86 (TOOLCHAIN trap 3).
+    Without legalize the real converter crashes in its child process; edgeforge survives and
+    reports the pass, the signal, the op and the remedy."""
+    out = tmp_path / "out"
+    res = run_cli("build", str(project), "--target", "linux-x86", "--backend", "lite", "--no-legalize",
+                  "--out", str(out))
+    line, _ = assert_clean_failure(res, 3, "pass convert.lite", "crashed (SIGSEGV)",
+                                   "flatten_contiguous_range", "flatten-to-reshape2", out=out)
+    # with legalize (the default) the same build succeeds
+    ok = run_cli("build", str(project), "--target", "linux-x86", "--backend", "lite", "--out", str(out))
+    assert ok.returncode == 0, ok.stderr

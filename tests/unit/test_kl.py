@@ -1,0 +1,324 @@
+"""edgeforge.quant.kl: the fast KL threshold search and sampling helpers choose exactly what
+Paddle's own code chooses (Paddle's functions are the oracle, imported from paddle)."""
+from __future__ import annotations
+
+import math
+import os
+
+os.environ["FLAGS_enable_pir_api"] = "0"
+
+import numpy as np
+import pytest
+
+from edgeforge.quant import kl as K
+
+ref_mod = pytest.importorskip("paddle.static.quantization.cal_kl_threshold")
+ptq_mod = pytest.importorskip("paddle.static.quantization.post_training_quantization")
+REFERENCE = ref_mod.cal_kl_threshold
+
+
+# --------------------------------------------------------------------------- histograms
+def activation_hist(rng, n=2048, size=None):
+    """|activation| histogram as Paddle builds it: 2048 bins over [min|x|, max|x|]."""
+    size = size or int(rng.integers(20_000, 400_000))
+    kind = rng.integers(0, 4)
+    if kind == 0:                                        # ReLU: spike at 0, half-normal body
+        x = np.maximum(rng.standard_normal(size) * rng.uniform(0.2, 4), 0)
+    elif kind == 1:                                      # ReLU6-clipped
+        x = np.clip(rng.standard_normal(size) * 3, 0, 6)
+    elif kind == 2:                                      # heavy tail (Student t)
+        x = np.abs(rng.standard_t(rng.uniform(1.5, 4), size))
+    else:                                                # linear bottleneck, skewed
+        x = np.abs(rng.gamma(rng.uniform(0.3, 2), 1.0, size) - rng.uniform(0, 1))
+    x = x.astype(np.float32)
+    hist, edges = np.histogram(np.abs(x), bins=n, range=(float(x.min()), float(x.max())))
+    return hist, edges[1] - edges[0]
+
+
+def synthetic_hist(rng, kind, n):
+    if kind == "uniform":
+        return rng.integers(0, 1000, n)
+    if kind == "geometric":                              # long-tailed, then all-empty tail
+        return np.floor(1e9 * np.exp(-np.arange(n) * rng.uniform(0.002, 0.05))).astype(np.int64)
+    if kind == "sparse":
+        h = np.zeros(n, np.int64)
+        idx = rng.choice(n, int(rng.integers(1, min(40, n))), replace=False)
+        h[idx] = rng.integers(1, 100, idx.size)
+        return h
+    if kind == "one_bin":
+        h = np.zeros(n, np.int64)
+        h[rng.integers(0, n)] = int(rng.integers(1, 10**9))
+        return h
+    if kind == "holes":                                  # dense with random empty bins
+        h = rng.integers(1, 10**6, n)
+        h[rng.random(n) < rng.uniform(0.1, 0.9)] = 0
+        return h
+    if kind == "ones":                                   # counts of 0/1: many exact ties in q
+        return (rng.random(n) < rng.uniform(0.05, 1)).astype(np.int64)
+    if kind == "constant":
+        return np.full(n, int(rng.integers(1, 10**6)), np.int64)
+    if kind == "huge":                                   # totals near 2**53
+        return rng.integers(0, 2**53 // (2 * n), n)
+    raise ValueError(kind)
+
+
+KINDS = ["uniform", "geometric", "sparse", "one_bin", "holes", "ones", "constant", "huge"]
+
+
+def same(a, b):
+    return type(a) is type(b) and (a == b or (a != a and b != b))
+
+
+# --------------------------------------------------------------------------- threshold search
+@pytest.mark.parametrize("seed", range(8))
+def test_realistic_2048_bin_histograms_match_reference(seed):
+    rng = np.random.default_rng(1000 + seed)
+    hist, width = activation_hist(rng)
+    assert same(K.cal_kl_threshold_fast(hist, width, 8), REFERENCE(hist, width, 8))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_synthetic_2048_bin_histograms_match_reference(kind):
+    rng = np.random.default_rng(hash(kind) % 2**32)
+    hist = synthetic_hist(rng, kind, 2048)
+    assert same(K.cal_kl_threshold_fast(hist, 0.01, 8), REFERENCE(hist, 0.01, 8))
+
+
+def test_many_small_histograms_match_reference():
+    """Hundreds of histograms, every kind, sizes around and below 2 * 127 bins (where a
+    merged block holds 0 or 1 bins), several bit widths."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for trial in range(240):
+        n = int(rng.choice([3, 4, 17, 100, 253, 254, 255, 256, 300, 511, 600]))
+        bits = int(rng.choice([8, 8, 8, 4, 7, 16]))
+        if trial % 3 == 0:
+            hist, width = activation_hist(rng, n=n, size=int(rng.integers(50, 100_000)))
+        else:
+            hist, width = synthetic_hist(rng, KINDS[trial % len(KINDS)], n), float(rng.uniform(1e-4, 1))
+        got, want = K.cal_kl_threshold_fast(hist, width, bits), REFERENCE(hist, width, bits)
+        assert same(got, want), (trial, n, bits)
+        checked += 1
+    assert checked == 240
+
+
+def test_edge_cases_match_reference():
+    cases = [
+        np.zeros(2048, np.int64),                                  # nothing at all
+        np.eye(1, 2048, 0, dtype=np.int64)[0] * 5,                 # all mass in bin 0
+        np.eye(1, 2048, 2047, dtype=np.int64)[0] * 5,              # all mass in the last bin
+        np.eye(1, 2048, 1023, dtype=np.int64)[0] * 5,              # at starting_iter
+        np.r_[np.zeros(1500, np.int64), np.ones(548, np.int64)],   # empty head
+        np.r_[np.ones(700, np.int64) * 9, np.zeros(1348, np.int64)],  # empty tail
+        np.arange(2048, dtype=np.int64)[::-1].copy(),
+        np.arange(600, dtype=np.int32),                            # other integer dtype
+        (np.arange(600) % 7).astype(np.float64),                   # integral floats
+        np.random.default_rng(3).random(300),                      # fractional: reference path
+    ]
+    for hist in cases:
+        for bits in (8, 5):
+            assert same(K.cal_kl_threshold_fast(hist, 0.5, bits), REFERENCE(hist, 0.5, bits))
+
+
+def _reference_kl_values(hist, bits=8):
+    """KL for every threshold i, with Paddle's own helpers, in the reference's loop."""
+    n = hist.shape[0]
+    R = 2 ** (bits - 1) - 1
+    P_sum = np.sum(np.array(hist).ravel())
+    out = {}
+    for i in range(int((n - 1) * 0.5), n):
+        P = hist[0:i].tolist()
+        outliers = sum(hist[i:])
+        if P[i - 1] == 0:
+            continue
+        P[i - 1] += outliers
+        ref_bins = P[:]
+        cand = hist[0:i].tolist()
+        m = int(i / R)
+        quant = [0] * R
+        js, je = 0, m
+        for idx in range(R):
+            quant[idx] = sum(cand[js:je])
+            js += m
+            je += m
+            if (idx + 1) == R - 1:
+                je = i
+        Q = ref_mod.expand_quantized_bins(quant, ref_bins)
+        out[i] = ref_mod.safe_entropy(P, P_sum, Q, sum(Q))
+    return out
+
+
+@pytest.mark.parametrize("n", [260, 700])
+def test_exact_kl_values_are_bit_identical(n):
+    """The refine step reproduces every reference KL value to the last bit (so ties and
+    near-ties resolve the same way), not only the winner."""
+    rng = np.random.default_rng(n)
+    for hist in (activation_hist(rng, n=n)[0], synthetic_hist(rng, "holes", n)):
+        want = _reference_kl_values(hist)
+        got = K.kl_divergences_exact(hist)
+        assert got.keys() == want.keys()
+        assert all(float(got[i]) == float(want[i]) for i in want)
+
+
+def test_screen_bound_holds():
+    """The vectorised screen stays inside its error bound of the exact values (with room)."""
+    rng = np.random.default_rng(11)
+    worst = 0.0
+    for trial in range(40):
+        n = int(rng.choice([256, 1000, 2048]))
+        h = activation_hist(rng, n=n)[0] if trial % 2 else synthetic_hist(rng, KINDS[trial % 8], n)
+        h = K._as_counts(h)
+        C = np.concatenate(([0], np.cumsum(h)))
+        NZ = np.concatenate(([0], np.cumsum(h != 0)))
+        I = np.arange(int((n - 1) * 0.5), n)
+        I = I[h[I - 1] != 0]
+        if not I.size:
+            continue
+        kl, tol = K._screen(h, C, NZ, I, 127)
+        exact = np.array([K._exact_kl(h, C, NZ, int(i), 127) for i in I])
+        worst = max(worst, float(np.max(np.abs(kl - exact) / tol)))
+    assert worst < 0.25
+
+
+# --------------------------------------------------------------------------- sampling helpers
+def test_abs_histogram_matches_numpy():
+    rng = np.random.default_rng(5)
+    for trial in range(120):
+        size = int(rng.choice([1, 7, 70_000, 1_500_000, 3_000_000]))
+        x = (rng.standard_normal(size) * rng.uniform(0.01, 100)).astype(np.float32)
+        kind = trial % 8
+        if kind == 1:
+            x = np.maximum(x, 0)                                   # ReLU
+        elif kind == 2:
+            x = x + np.float32(rng.uniform(-50, 50))               # min |x| > 0, both signs
+        elif kind == 3:
+            x = np.round(x * 4) / np.float32(4)                    # repeated values
+        n = int(rng.choice([2048, 2048, 100, 1]))
+        ax = np.abs(x)
+        _, edges = np.histogram([], bins=n, range=(float(ax.min()), float(ax.max())))
+        if kind == 4:                                              # values on / just below edges
+            t = K._f32_ceil(edges)
+            k = rng.integers(0, n + 1, min(size, 5000))
+            v = np.where(rng.random(k.size) < 0.5, t[k], np.nextafter(t[k], np.float32(-np.inf)))
+            x[:k.size] = v * np.where(rng.random(k.size) < 0.5, 1, -1).astype(np.float32)
+        elif kind == 5 and size > 10:                              # values outside the edges
+            _, edges = np.histogram([], bins=n, range=(float(ax.max()) * 0.1, float(ax.max()) * 0.9))
+        elif kind == 6 and size > 10:
+            x[size // 2] = np.nan
+        elif kind == 7:
+            x = x.astype(np.float64)                               # numpy path
+        want = np.histogram(np.abs(x), bins=edges)[0]
+        before = x.copy()
+        got = K.abs_histogram(x, edges)
+        assert got.dtype == want.dtype and np.array_equal(got, want), trial
+        assert np.array_equal(x, before, equal_nan=True)           # input untouched
+
+
+def test_abs_histogram_degenerate_edges():
+    x = np.full(1000, 3.0, np.float32)
+    _, edges = np.histogram([], bins=2048, range=(3.0, 3.0))       # numpy widens to +-0.5
+    assert np.array_equal(K.abs_histogram(x, edges), np.histogram(x, bins=edges)[0])
+    uneven = np.r_[0.0, np.cumsum(np.linspace(1, 2, 64))]
+    y = np.random.default_rng(0).random(10_000).astype(np.float32) * 90
+    assert np.array_equal(K.abs_histogram(y, uneven), np.histogram(y, bins=uneven)[0])
+
+
+def test_abs_min_max_matches_numpy():
+    rng = np.random.default_rng(9)
+    for trial in range(100):
+        x = rng.standard_normal(int(rng.integers(1, 600_000))).astype(rng.choice([np.float32, np.float64]))
+        kind = trial % 6
+        if kind == 1:
+            x = np.abs(x)
+        elif kind == 2:
+            x = -np.abs(x)
+        elif kind == 3:
+            x[0] = np.nan
+        elif kind == 4:
+            x[:] = -0.0
+        elif kind == 5:
+            x = (x * 10).astype(np.int32)
+        a = np.abs(x)
+        want = (float(np.min(a)), float(np.max(a)))
+        got = K._abs_min_max(x)
+        for g, w in zip(got, want):
+            assert type(g) is float and (g == w or (math.isnan(g) and math.isnan(w)))
+            assert math.isnan(w) or math.copysign(1, g) == math.copysign(1, w)
+
+
+# --------------------------------------------------------------------------- Paddle PTQ
+def _tiny_model(tmp_path):
+    import paddle
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    main.random_seed = startup.random_seed = 3
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [None, 3, 8, 8], "float32")
+        h = paddle.nn.functional.relu(paddle.static.nn.conv2d(x, 4, 3, padding=1))
+        h = paddle.static.nn.conv2d(h, 4, 3, padding=1)            # signed, min |x| > 0
+        h = paddle.nn.functional.relu(h)
+        y = paddle.static.nn.fc(paddle.flatten(h, 1), 5)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    scope = paddle.static.Scope()
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        paddle.static.save_inference_model(str(tmp_path / "fp32" / "model"), [x], [y], exe, program=main)
+    return tmp_path / "fp32"
+
+
+def _ptq(model_dir, out_dir, batches, **kw):
+    import paddle
+    from paddle.static.quantization import PostTrainingQuantization
+
+    paddle.enable_static()
+    scope = paddle.static.Scope()
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        ptq = PostTrainingQuantization(
+            executor=exe, scope=scope, model_dir=str(model_dir),
+            model_filename="model.pdmodel", params_filename="model.pdiparams",
+            data_loader=lambda: ({"x": b} for b in batches), batch_nums=len(batches),
+            algo="KL", onnx_format=False, **kw)
+        ptq.quantize()
+        ptq.save_quantized_model(str(out_dir), model_filename="model.pdmodel",
+                                 params_filename="model.pdiparams")
+    return dict(ptq._quantized_var_threshold)
+
+
+def test_fast_kl_ptq_gives_the_same_scales_and_unpatches(tmp_path):
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((4, 3, 8, 8)).astype(np.float32) for _ in range(3)]
+    model_dir = _tiny_model(tmp_path)
+    cls = ptq_mod.PostTrainingQuantization
+    originals = (ptq_mod.cal_kl_threshold, ref_mod.cal_kl_threshold,
+                 cls.__dict__["_sample_histogram"], cls.__dict__["_collect_activation_abs_min_max"])
+    assert originals[0] is REFERENCE and originals[1] is REFERENCE
+
+    with K.fast_kl():
+        assert ptq_mod.cal_kl_threshold is K.cal_kl_threshold_fast
+        assert ref_mod.cal_kl_threshold is K.cal_kl_threshold_fast
+        assert cls.__dict__["_sample_histogram"] is not originals[2]      # source matched
+        assert cls.__dict__["_collect_activation_abs_min_max"] is not originals[3]
+        fast = _ptq(model_dir, tmp_path / "fast", batches)
+    assert (ptq_mod.cal_kl_threshold, ref_mod.cal_kl_threshold, cls.__dict__["_sample_histogram"],
+            cls.__dict__["_collect_activation_abs_min_max"]) == originals
+    assert not K.installed()
+
+    slow = _ptq(model_dir, tmp_path / "slow", batches)
+    assert fast.keys() == slow.keys() and len(fast) >= 4
+    for name in slow:
+        assert np.array_equal(np.asarray(fast[name]), np.asarray(slow[name])), name
+    for fname in ("model.pdmodel", "model.pdiparams"):
+        assert (tmp_path / "fast" / fname).read_bytes() == (tmp_path / "slow" / fname).read_bytes()
+
+
+def test_fast_kl_restores_on_error_and_nests():
+    with pytest.raises(RuntimeError):
+        with K.fast_kl():
+            with K.fast_kl():
+                assert ptq_mod.cal_kl_threshold is K.cal_kl_threshold_fast
+            assert ptq_mod.cal_kl_threshold is K.cal_kl_threshold_fast   # outer still active
+            raise RuntimeError("boom")
+    assert ptq_mod.cal_kl_threshold is REFERENCE
+    assert not K.installed()
