@@ -51,7 +51,7 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
                 max_accuracy_drop: float | None = None, calibration_search: bool = False,
                 float_fallback: bool = True, legalize: bool = True):
     from .passes.export import ExportPass
-    from .passes.legalize_pass import LegalizePass
+    from .passes.legalize_pass import LegalizeInt8Pass, LegalizePass
     from .passes.lite import LiteConvertPass
     from .passes.onnx import OnnxConvertPass, OnnxFp16Pass
     from .passes.quantize import OnnxQuantizePass, PaddlePTQPass, QuantConfig
@@ -73,6 +73,8 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
     if backend == "lite":
         if precision == "int8":
             passes.append(PaddlePTQPass(qcfg))
+            if legalize:
+                passes.append(LegalizeInt8Pass(LegalizeInt8Pass.Config(backend=backend, valid_targets=vt)))
         passes.append(LiteConvertPass(LiteConvertPass.Config(valid_targets=vt, fp16=precision == "fp16")))
     else:
         passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset)))

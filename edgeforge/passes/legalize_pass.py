@@ -2,11 +2,12 @@
 the pre-flight check. Rewrites and findings live in ``legalize.py``; this is the pass wrapper."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from ..errors import PassError
 from ..paddle_env import static_mode
-from .base import PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
+from .base import PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 
 class LegalizeConfig(PassConfig):
@@ -33,10 +34,42 @@ class LegalizePass(Pass):
             applied = legalize.legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
             if applied:
                 ctx.log("rewrites: " + ", ".join(f"{a['rewrite']} ({a['ops']} ops)" for a in applied))
-            findings = legalize.preflight(out_dir, cfg.backend, cfg.valid_targets) if hasattr(legalize, "preflight") else []
+            findings = legalize.preflight(out_dir, cfg.backend, cfg.valid_targets)
         if findings:
             first = findings[0]
             others = f" (+{len(findings) - 1} more; run `edgeforge check`)" if len(findings) > 1 else ""
             raise PassError("preflight", f"target cannot take op '{first.op}' x{first.count}: {first.reason}{others}",
                             hint=first.remedy)
         return dict(inp.meta, rewrites=applied)
+
+
+@register
+class LegalizeInt8Pass(Pass):
+    """PTQ saves with clip_extra=True, which strips again the attributes legalize added
+    (relu6 threshold, ...). Re-legalize the quantized program, and the float and plain-INT8
+    programs the quantize pass keeps beside it, before they reach the converter."""
+
+    name = "legalize.int8"
+    version = 1
+    consumes = frozenset({PADDLE_INT8})
+    produces = PADDLE_INT8
+    Config = LegalizeConfig
+
+    def target_facts(self, ctx: PassContext):
+        return {"backend": self.config.backend, "valid_targets": self.config.valid_targets}
+
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        from . import legalize
+
+        cfg: LegalizeConfig = self.config
+        applied: list[dict] = []
+        with static_mode():
+            applied = legalize.legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
+            for sub in ("float", "plain_int8"):
+                if (inp.path / sub).is_dir():
+                    (out_dir / sub).mkdir()
+                    legalize.legalize_model(inp.path / sub, out_dir / sub, cfg.backend, cfg.valid_targets)
+        for extra in inp.path.iterdir():
+            if extra.is_file() and not (out_dir / extra.name).exists():
+                shutil.copy2(extra, out_dir / extra.name)
+        return dict(inp.meta, rewrites_int8=applied)

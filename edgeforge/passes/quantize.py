@@ -60,15 +60,13 @@ def quiet_stdout():
     import io
     import logging
 
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.WARNING)
+    logging.disable(logging.INFO)      # paddle's quantization loggers carry their own handlers
     sink = io.StringIO()
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             yield sink
     finally:
-        root.setLevel(level)
+        logging.disable(logging.NOTSET)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,8 @@ def test_rpi4_gives_int8_nb_for_arm(builds):
     assert m["verify"]["status"] == "device-only"
     # INT8 weights: the .nb is well under the float .nb
     assert m["float_size_bytes"] / m["artifact"]["size_bytes"] > 2.0
-    assert [s["pass"] for s in m["steps"]] == ["export", "legalize", "quantize.ptq", "convert.lite", "verify"]
+    assert [s["pass"] for s in m["steps"]] == ["export", "legalize", "quantize.ptq", "legalize.int8",
+                                                 "convert.lite", "verify"]
     # the reference data the device runner needs ships with the artifact
     with np.load(r.out_dir / "reference/eval_inputs.npz") as z:
         assert set(z.files) == {"x", "labels"}

@@ -233,3 +233,33 @@ def test_preflight(tmp_path):
     (finding,) = L.preflight(m2, "lite", ["arm"])
     assert (finding.op, finding.remedy) == ("selu", "use the onnx backend")
     assert L.preflight(m2, "onnx", []) == []
+
+
+def test_legalize_after_ptq(tmp_path):
+    """PTQ (onnx_format=True) re-saves with clip_extra=True: relu6 loses its threshold again,
+    so the quantized model needs legalize too."""
+    from paddle.static.quantization import PostTrainingQuantization
+
+    src = export(Probe(lambda x, c, fc: fc(paddle.flatten(F.relu6(c(x)), 1)), nn.Conv2D(8, 4, 3),
+                       nn.Linear(4 * 6 * 6, 5)), X4, tmp_path / "raw")
+    fixed = tmp_path / "fixed"
+    L.legalize_model(src, fixed, "lite", ["arm"])
+    rng = np.random.default_rng(0)
+    with L._StaticLegacy():
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        ptq = PostTrainingQuantization(
+            executor=exe, model_dir=str(fixed), model_filename="model.pdmodel",
+            params_filename="model.pdiparams", batch_nums=1, algo="abs_max", onnx_format=True,
+            data_loader=lambda: ({"x": rng.standard_normal(X4).astype("float32")} for _ in range(1)))
+        ptq.quantize()
+        ptq.save_quantized_model(str(tmp_path / "int8"), model_filename="model.pdmodel",
+                                 params_filename="model.pdiparams")
+    rc, log, _ = lite_convert(tmp_path / "int8", "arm", tmp_path / "int8-out")
+    assert rc != 0 and "No attributes called threshold found for relu6" in log, log[-2000:]
+    assert L.legalize_model(tmp_path / "int8", tmp_path / "int8-fixed", "lite", ["arm"]) == [
+        {"rewrite": "relu6-threshold", "ops": 1}]
+    rc, log, nb = lite_convert(tmp_path / "int8-fixed", "arm", tmp_path / "int8-fixed-out")
+    assert rc == 0 and nb.is_file(), log[-2000:]
+    # on x86 the INT8 kernels are wrong: preflight says keep it in float
+    remedies = {f.op: f.remedy for f in L.preflight(tmp_path / "int8-fixed", "lite", ["x86"])}
+    assert remedies.get("quantize_linear") == "keep the layer in float", remedies

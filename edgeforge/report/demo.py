@@ -1,0 +1,102 @@
+"""Synthetic bench results shaped like real ones, for demos, the docs screenshot and tests.
+
+They are NOT measurements: latencies are drawn from a lognormal with AR(1) correlation between
+consecutive samples and occasional slow outliers (the shape real timings have).
+
+    python -m edgeforge.report.demo DIR     # writes a small fleet's results into DIR
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .load import BENCH_SCHEMA
+
+PI4 = {"cpu_model": "Cortex-A72 (Raspberry Pi 4 Model B Rev 1.4)", "kernel": "6.1.21-v8+", "cores": 4,
+       "governor": "performance", "arch": "aarch64", "mem_total_mb": 3793.0}
+ORIN = {"cpu_model": "Cortex-A78AE (NVIDIA Jetson Orin Nano)", "kernel": "5.15.136-tegra", "cores": 6,
+        "governor": "schedutil", "arch": "aarch64", "mem_total_mb": 7620.0}
+
+
+def timing_samples(n: int = 200, median_ms: float = 10.0, *, sigma: float = 0.03, phi: float = 0.5,
+                   outlier_rate: float = 0.02, seed: int = 0) -> list[float]:
+    """Heavy-tailed, autocorrelated latencies (ms) whose median is about ``median_ms``."""
+    from scipy.signal import lfilter
+
+    rng = np.random.default_rng(seed)
+    noise = lfilter([sigma * np.sqrt(1 - phi ** 2)], [1.0, -phi], rng.standard_normal(n))
+    x = median_ms * np.exp(noise)
+    slow = rng.random(n) < outlier_rate
+    x[slow] *= 1.0 + rng.lognormal(np.log(0.5), 0.5, int(slow.sum()))
+    return [round(float(v), 5) for v in x]
+
+
+def make_result(*, name: str = "digits", target: str = "rpi4", backend: str = "lite", precision: str = "int8",
+                device: str = "pi-lab-3", fingerprint: dict | None = None, runtime: tuple[str, str] = ("paddlelite", "2.13rc0"),
+                samples: list[float] | None = None, median_ms: float = 10.0, seed: int = 0, n: int = 200,
+                phi: float = 0.5, sigma: float = 0.03, threads: int = 1, size_bytes: int | None = None,
+                float_size_bytes: int | None = None, accuracy_drop: float | None = None,
+                sha256: str | None = None, temps: tuple[float, float] = (47.5, 49.0)) -> dict:
+    """One ``edgeforge.bench/1`` result. Precision ``fp32`` gets a float-exact drift."""
+    xs = samples if samples is not None else timing_samples(n, median_ms, sigma=sigma, phi=phi, seed=seed)
+    arr = np.asarray(xs)
+    med = float(np.median(arr))
+    is_float = precision == "fp32"
+    drop = accuracy_drop if accuracy_drop is not None else (0.0 if is_float else 0.6)
+    float_acc = 0.968
+    size = size_bytes if size_bytes is not None else (400118 if is_float else 144382)
+    digest = sha256 or hashlib.sha256(f"{name}/{target}/{backend}/{precision}/{size}".encode()).hexdigest()
+    fp = dict(fingerprint or PI4)
+    fp.update(temp_c_before=temps[0], temp_c_after=temps[1], load_avg=[0.08, 0.05, 0.01])
+    return {
+        "schema": BENCH_SCHEMA,
+        "name": name,
+        "created_at": "2024-06-01T12:00:00+00:00",
+        "artifact": {"sha256": digest, "target": target, "backend": backend, "precision": precision,
+                     "size_bytes": size, "float_size_bytes": float_size_bytes or (None if is_float else 400118)},
+        "device": {"name": device, "fingerprint": fp},
+        "runtime": {"name": runtime[0], "version": runtime[1]},
+        "settings": {"warmups": 10, "runs": len(xs), "threads": threads},
+        "samples_ms": list(xs),
+        "summary": {"p50_ms": med, "p90_ms": float(np.percentile(arr, 90)), "p99_ms": float(np.percentile(arr, 99)),
+                    "mean_ms": float(arr.mean()), "mad_ms": float(np.median(np.abs(arr - med))), "peak_rss_mb": 41.3},
+        "drift": {"top1_agreement": 1.0 if is_float else 0.985, "accuracy": float_acc - drop / 100,
+                  "float_accuracy": float_acc, "accuracy_drop": drop,
+                  "max_abs_error": 2e-6 if is_float else 0.12, "cosine": 1.0 if is_float else 0.9991},
+        "transfer": {"uploaded_bytes": size + 52000, "seconds": 0.8},
+    }
+
+
+def demo_results() -> dict[str, dict]:
+    """A small fleet: digits INT8 and fp32 on a Pi 4 and a Jetson Orin, and an INT8 rerun."""
+    return {
+        "digits-rpi4-int8": make_result(median_ms=3.1, seed=1),
+        "digits-rpi4-fp32": make_result(precision="fp32", median_ms=5.4, seed=2),
+        "digits-rpi4-int8-rerun": make_result(median_ms=3.1, seed=3, temps=(49.0, 50.5)),
+        "digits-orin-int8": make_result(target="jetson-orin", backend="onnx", device="orin-1", fingerprint=ORIN,
+                                        runtime=("onnxruntime", "1.23.2"), precision="int8", median_ms=0.82,
+                                        seed=4, size_bytes=131072, accuracy_drop=0.4),
+        "digits-orin-fp32": make_result(target="jetson-orin", backend="onnx", device="orin-1", fingerprint=ORIN,
+                                        runtime=("onnxruntime", "1.23.2"), precision="fp32", median_ms=1.05,
+                                        seed=5, size_bytes=409600),
+    }
+
+
+def write_demo(out_dir: str | Path) -> list[Path]:
+    from ._io import write_files_atomic
+    import json
+
+    out = Path(out_dir)
+    files = {out / f"{stem}.json": json.dumps(r, indent=2) + "\n" for stem, r in demo_results().items()}
+    write_files_atomic(files)
+    return sorted(files)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m edgeforge.report.demo DIR")
+    for p in write_demo(sys.argv[1]):
+        print(p)

@@ -1,0 +1,112 @@
+"""Quality gates over bench results: one GateResult per gate, device and result.
+
+- ``max_accuracy_drop``: the run's ``drift.accuracy_drop`` (percentage points) <= X;
+- ``max_p50_ms``: the run's median latency <= Y ms;
+- ``min_int8_speedup``: for each INT8 run, p50(fp32) / p50(int8) >= Z, the fp32 run being the
+  same model and target on the same device (see :func:`.keys.float_counterpart`).
+
+A gate that cannot be measured (no drift recorded, no fp32 counterpart, no INT8 run on a device)
+fails and says why: a CI gate must not pass because the data is missing.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+from ..errors import ConfigError
+from .keys import fingerprint_id, float_counterpart, label, p50_ms, precision, short
+
+GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup")
+UNITS = {"max_accuracy_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x"}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str                      # one of GATE_NAMES
+    device: str                    # device name
+    passed: bool
+    measured: float | None         # None when it could not be measured
+    threshold: float
+    message: str
+    subject: str = ""              # model/target/backend/precision@sha12 — what was measured
+    artifact_sha256: str = ""
+    fingerprint: str = ""          # fingerprint id (see keys.fingerprint_id)
+
+    @property
+    def case_name(self) -> str:
+        return f"{self.name} {self.subject}".strip()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, max_p50_ms: float | None = None,
+                   min_int8_speedup: float | None = None) -> list[GateResult]:
+    """Evaluate the gates whose threshold is given; order: device, gate, result."""
+    for flag, value, low in (("max_accuracy_drop", max_accuracy_drop, 0.0), ("max_p50_ms", max_p50_ms, 0.0),
+                             ("min_int8_speedup", min_int8_speedup, 0.0)):
+        if value is not None and not value >= low:
+            raise ConfigError(f"{flag} must be a number >= {low:g}, not {value}")
+    out: list[GateResult] = []
+    devices = sorted({r["device"]["name"] for r in results})
+    for device in devices:
+        on_device = [r for r in results if r["device"]["name"] == device]
+        if max_accuracy_drop is not None:
+            out += [_accuracy_gate(r, max_accuracy_drop) for r in on_device]
+        if max_p50_ms is not None:
+            out += [_latency_gate(r, max_p50_ms) for r in on_device]
+        if min_int8_speedup is not None:
+            int8 = [r for r in on_device if precision(r) == "int8"]
+            out += [_speedup_gate(r, results, min_int8_speedup) for r in int8]
+            if not int8:
+                out.append(GateResult("min_int8_speedup", device, False, None, min_int8_speedup,
+                                      f"no int8 result on {device} to check"))
+    return _unique_subjects(out)
+
+
+def _base(r: dict) -> dict:
+    return {"device": r["device"]["name"], "subject": f"{label(r)}@{short(r['artifact']['sha256'])}",
+            "artifact_sha256": r["artifact"]["sha256"], "fingerprint": fingerprint_id(r)}
+
+
+def _accuracy_gate(r: dict, limit: float) -> GateResult:
+    drop = (r.get("drift") or {}).get("accuracy_drop")
+    if not isinstance(drop, (int, float)):
+        return GateResult("max_accuracy_drop", passed=False, measured=None, threshold=limit,
+                          message="no accuracy drop recorded (drift.accuracy_drop)", **_base(r))
+    ok = drop <= limit
+    return GateResult("max_accuracy_drop", passed=ok, measured=float(drop), threshold=limit,
+                      message=f"accuracy drop {drop:.2f} points {'<=' if ok else '>'} {limit:g} allowed", **_base(r))
+
+
+def _latency_gate(r: dict, limit: float) -> GateResult:
+    p50 = p50_ms(r)
+    ok = p50 <= limit
+    return GateResult("max_p50_ms", passed=ok, measured=p50, threshold=limit,
+                      message=f"p50 {p50:.4g} ms {'<=' if ok else '>'} {limit:g} ms allowed", **_base(r))
+
+
+def _speedup_gate(r: dict, results: list[dict], minimum: float) -> GateResult:
+    ref, why = float_counterpart(r, results)
+    if ref is None:
+        return GateResult("min_int8_speedup", passed=False, measured=None, threshold=minimum, message=why, **_base(r))
+    p_float, p_int8 = p50_ms(ref), p50_ms(r)
+    speedup = p_float / p_int8
+    ok = speedup >= minimum
+    return GateResult("min_int8_speedup", passed=ok, measured=speedup, threshold=minimum,
+                      message=(f"int8 speed-up {speedup:.2f}x {'>=' if ok else '<'} {minimum:g}x required "
+                               f"(fp32 p50 {p_float:.4g} ms [{short(ref['artifact']['sha256'])}] / "
+                               f"int8 p50 {p_int8:.4g} ms)"), **_base(r))
+
+
+def _unique_subjects(gates: list[GateResult]) -> list[GateResult]:
+    """Repeated runs of one artifact on one device get #2, #3 … so every test case name is unique."""
+    seen: Counter = Counter()
+    out = []
+    for g in gates:
+        key = (g.device, g.name, g.subject)
+        seen[key] += 1
+        if seen[key] > 1:
+            g = GateResult(**{**g.to_dict(), "subject": f"{g.subject}#{seen[key]}"})
+        out.append(g)
+    return out

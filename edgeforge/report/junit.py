@@ -1,0 +1,44 @@
+"""Gate results as JUnit XML: one <testsuite> per device, one <testcase> per gate and result."""
+from __future__ import annotations
+
+import datetime as _dt
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ._io import write_files_atomic
+from .gates import GateResult
+
+
+def junit_tree(gates: list[GateResult]) -> ET.ElementTree:
+    failures = sum(not g.passed for g in gates)
+    root = ET.Element("testsuites", name="edgeforge gates", tests=str(len(gates)), failures=str(failures),
+                      errors="0", time="0")
+    stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    for device in dict.fromkeys(g.device for g in gates):
+        cases = [g for g in gates if g.device == device]
+        suite = ET.SubElement(root, "testsuite", name=f"edgeforge.gates.{device}", tests=str(len(cases)),
+                              failures=str(sum(not g.passed for g in cases)), errors="0", skipped="0",
+                              time="0", timestamp=stamp)
+        for g in cases:
+            case = ET.SubElement(suite, "testcase", classname=f"edgeforge.gates.{device}", name=g.case_name, time="0")
+            detail = (f"{g.message}\ndevice: {device} ({g.fingerprint})\nartifact: {g.artifact_sha256}\n"
+                      f"measured: {_num(g.measured)}\nthreshold: {_num(g.threshold)}\n")
+            if g.passed:
+                ET.SubElement(case, "system-out").text = detail
+            else:
+                ET.SubElement(case, "failure", message=g.message, type=g.name).text = detail
+    tree = ET.ElementTree(root)
+    ET.indent(tree)
+    return tree
+
+
+def write_junit(gates: list[GateResult], path: str | Path) -> Path:
+    """Write the JUnit XML for ``gates`` to ``path`` atomically; return the path."""
+    path = Path(path)
+    data = ET.tostring(junit_tree(gates).getroot(), encoding="utf-8", xml_declaration=True)
+    write_files_atomic({path: data + b"\n"})
+    return path
+
+
+def _num(v) -> str:
+    return "n/a" if v is None else f"{v:.6g}"

@@ -1,0 +1,146 @@
+"""The report's figures, drawn with matplotlib (object API, no pyplot, no GUI backend) as inline SVG.
+
+Each function takes the report summary (and the raw results where it needs samples) and
+returns an ``<svg>`` element as a string, or None when there is nothing to draw. Text stays
+text (svg.fonttype none) so labels are searchable; element ids are prefixed per figure so several
+figures can live in one HTML page.
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+
+PRECISION_COLORS = {"fp32": "#4C72B0", "fp16": "#55A868", "int8": "#DD8452"}
+OTHER_COLOR = "#8172B3"
+FLOAT_GHOST = "#d9d9d9"
+_RC = {"svg.fonttype": "none", "svg.hashsalt": "edgeforge", "font.size": 9,
+       "font.family": ["DejaVu Sans", "Liberation Sans", "Arial", "sans-serif"]}
+
+
+def to_svg(fig, prefix: str) -> str:
+    """The figure as an ``<svg>`` element: no XML prolog, ids made unique with ``prefix``."""
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context(_RC):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight")
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', text)
+    text = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', text)
+    return re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", text)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    import matplotlib
+
+    with matplotlib.rc_context(_RC):
+        return Figure(figsize=(width, height), layout="constrained")
+
+
+def _color(precision: str) -> str:
+    return PRECISION_COLORS.get(precision, OTHER_COLOR)
+
+
+def _legend(ax, precisions, extra: dict[str, str] | None = None) -> None:
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=_color(p), label=p) for p in dict.fromkeys(precisions)]
+    handles += [Patch(color=color, label=name) for name, color in (extra or {}).items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def latency_distributions(summary: dict, results: list[dict]) -> str | None:
+    """Box plots of every run's raw samples, one panel per device fingerprint."""
+    entries = summary["results"]
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, e in enumerate(entries):
+        groups.setdefault((e["device"]["name"], e["device"]["fingerprint_id"]), []).append(i)
+    heights = [max(1.2, 0.42 * len(ix) + 0.6) for ix in groups.values()]
+    fig = _figure(11.0, sum(heights) + 0.3)
+    axes = fig.subplots(len(groups), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    for ax, ((device, fid), ix) in zip(axes, groups.items()):
+        data = [np.asarray(results[i]["samples_ms"]) for i in ix]
+        labels = [f"{entries[i]['id']} {entries[i]['label']}  {entries[i]['artifact']['short']}" for i in ix]
+        box = ax.boxplot(data, vert=False, whis=(1, 99), widths=0.6, patch_artist=True,
+                         medianprops={"color": "black"}, flierprops={"markersize": 2, "alpha": 0.5})
+        for patch, i in zip(box["boxes"], ix):
+            patch.set_facecolor(_color(entries[i]["artifact"]["precision"]))
+            patch.set_alpha(0.75)
+        ax.set_yticks(range(1, len(ix) + 1), labels)
+        ax.invert_yaxis()
+        lo, hi = min(d.min() for d in data), max(d.max() for d in data)
+        if hi / lo > 8:
+            ax.set_xscale("log")
+        ax.set_xlabel("latency per inference (ms); box: quartiles, whiskers: p1-p99, dots: outliers")
+        fp = summary["fingerprints"][fid]
+        ax.set_title(f"{device} · {fid} · {fp.get('cpu_model')} · kernel {fp.get('kernel')}", loc="left", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        _legend(ax, [entries[i]["artifact"]["precision"] for i in ix])
+    return to_svg(fig, "lat")
+
+
+def int8_vs_float(summary: dict, results: list[dict]) -> str | None:
+    """Per INT8/fp32 pair: p50 with p10-p90 range for each precision, and the accuracy drop."""
+    pairs = [p for p in summary["int8_vs_float"] if p.get("float")]
+    if not pairs:
+        return None
+    by_id = {e["id"]: r for e, r in zip(summary["results"], results)}
+    fig = _figure(11.0, 0.75 * len(pairs) + 1.4)
+    ax_lat, ax_acc = fig.subplots(1, 2, width_ratios=[3, 1.3], sharey=True)
+    names = [f"{p['model']}/{p['target']}\n{p['device']} · {p['fingerprint_id']}" for p in pairs]
+    y = np.arange(len(pairs))
+    for offset, key in ((-0.17, "float"), (0.17, "int8")):
+        for yi, p in zip(y, pairs):
+            x = np.asarray(by_id[p[key]["id"]]["samples_ms"])
+            lo, mid, hi = np.percentile(x, [10, 50, 90])
+            prec = "fp32" if key == "float" else "int8"
+            ax_lat.errorbar(mid, yi + offset, xerr=[[mid - lo], [hi - mid]], fmt="o", color=_color(prec),
+                            capsize=3, label=prec if yi == 0 else None)
+    for yi, p in zip(y, pairs):
+        right = np.percentile(by_id[p["float"]["id"]]["samples_ms"], 90)
+        ax_lat.annotate(f"{p['speedup']:.2f}x", (right, yi - 0.17), textcoords="offset points",
+                        xytext=(6, -3), fontsize=8)
+    ax_lat.set_yticks(y, names)
+    ax_lat.invert_yaxis()
+    ax_lat.set_xlabel("latency (ms): p50 with p10-p90; label: speed-up fp32/int8")
+    ax_lat.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2)
+    ax_lat.grid(axis="x", alpha=0.3)
+    drops = [p.get("accuracy_drop") for p in pairs]
+    ax_acc.barh(y, [d or 0.0 for d in drops], color=_color("int8"), alpha=0.8, height=0.5)
+    for yi, d in zip(y, drops):
+        ax_acc.annotate("n/a" if d is None else f"{d:.2f}", (d or 0.0, yi), textcoords="offset points",
+                        xytext=(3, -3), fontsize=8)
+    ax_acc.set_xlabel("int8 accuracy drop (points)")
+    ax_acc.grid(axis="x", alpha=0.3)
+    ax_acc.set_xlim(0, max([d or 0.0 for d in drops] + [0.5]) * 1.35)
+    return to_svg(fig, "i8f")
+
+
+def artifact_sizes(summary: dict) -> str | None:
+    """Artifact size per distinct artifact; a pale bar shows the float model's size where known."""
+    arts = [a for a in summary["artifacts"] if a.get("size_bytes")]
+    if not arts:
+        return None
+    fig = _figure(11.0, 0.38 * len(arts) + 0.9)
+    ax = fig.subplots()
+    y = np.arange(len(arts))
+    floats = [a.get("float_size_bytes") for a in arts]
+    if any(floats):
+        ax.barh(y, [(f or 0) / 1024 for f in floats], color=FLOAT_GHOST, height=0.6)
+    ax.barh(y, [a["size_bytes"] / 1024 for a in arts], height=0.6,
+            color=[_color(a["precision"]) for a in arts])
+    for yi, a in zip(y, arts):
+        ax.annotate(f"{a['size_bytes'] / 1024:.1f} KB", (a["size_bytes"] / 1024, yi), textcoords="offset points",
+                    xytext=(3, -3), fontsize=8)
+    ax.set_yticks(y, [f"{a['label']}  {a['short']}" for a in arts])
+    ax.invert_yaxis()
+    ax.set_xlabel("artifact size (KB)")
+    ax.grid(axis="x", alpha=0.3)
+    _legend(ax, [a["precision"] for a in arts], {"float model": FLOAT_GHOST} if any(floats) else None)
+    return to_svg(fig, "size")

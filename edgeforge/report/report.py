@@ -1,0 +1,145 @@
+"""``edgeforge report``: bench results -> report.md, report.html (self-contained) and summary.json.
+
+Every number in the report is tied to the device fingerprint it was measured on and the digest
+of the artifact it measured. The three files are rendered in memory first, then written
+atomically (see :mod:`._io`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from pathlib import Path
+
+from .. import __version__
+from ..errors import ConfigError
+from ._io import write_files_atomic
+from .compare import ALPHA, MIN_CHANGE, compare
+from .keys import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
+from .load import load_results
+
+REPORT_SCHEMA = "edgeforge.report/1"
+MARKDOWN, HTML, SUMMARY = "report.md", "report.html", "summary.json"
+_FINGERPRINT_EXTRAS = ("arch", "os", "cpu_max_mhz", "mem_total_mb")
+
+
+def write_report(result_files: list[Path], out_dir: Path) -> dict:
+    """Load ``result_files`` (files or directories), write the three report files into ``out_dir``.
+
+    Returns ``{"markdown": path, "html": path, "summary_json": path, "summary": dict}``.
+    """
+    import json
+
+    from .html import render_html
+    from .markdown import render_markdown
+
+    loaded = load_results(result_files)
+    results = [r for _, r in loaded]
+    summary = build_summary(loaded)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a directory")
+    paths = {"markdown": out / MARKDOWN, "html": out / HTML, "summary_json": out / SUMMARY}
+    write_files_atomic({paths["markdown"]: render_markdown(summary),
+                        paths["html"]: render_html(summary, results),
+                        paths["summary_json"]: json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n"})
+    return {**paths, "summary": summary}
+
+
+def _json_safe(obj):
+    """NaN and infinities (which a result file may carry) become null: summary.json is strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def build_summary(loaded: list[tuple[Path, dict]]) -> dict:
+    """The report's content as data (what summary.json holds and both renderers read)."""
+    results = [r for _, r in loaded]
+    entries = [_entry(i, path, r) for i, (path, r) in enumerate(loaded, 1)]
+    fingerprints: dict[str, dict] = {}
+    for r in results:
+        fid = fingerprint_id(r)
+        fp = fingerprints.setdefault(fid, {"id": fid, **stable_fingerprint(r), **{
+            k: r["device"]["fingerprint"][k] for k in _FINGERPRINT_EXTRAS if k in r["device"]["fingerprint"]},
+            "devices": [], "runtimes": []})
+        for key, value in (("devices", r["device"]["name"]), ("runtimes", f"{r['runtime']['name']} {r['runtime']['version']}")):
+            if value not in fp[key]:
+                fp[key].append(value)
+    artifacts: dict[str, dict] = {}
+    for r in results:
+        a = r["artifact"]
+        artifacts.setdefault(a["sha256"], {"sha256": a["sha256"], "short": short(a["sha256"]), "label": label(r),
+                                           "model": model_name(r), "target": a["target"], "backend": a["backend"],
+                                           "precision": a["precision"], "size_bytes": a.get("size_bytes"),
+                                           "float_size_bytes": a.get("float_size_bytes") or r.get("float_size_bytes")})
+    return {
+        "schema": REPORT_SCHEMA,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "edgeforge_version": __version__,
+        "statistics": {"test": "Mann-Whitney U, two-sided, on block medians", "interval": "percentile bootstrap",
+                       "alpha": ALPHA, "min_change": MIN_CHANGE},
+        "fingerprints": fingerprints,
+        "artifacts": list(artifacts.values()),
+        "results": entries,
+        "int8_vs_float": _pairs(results, entries),
+    }
+
+
+def _entry(index: int, path: Path, r: dict) -> dict:
+    a, fp = r["artifact"], r["device"]["fingerprint"]
+    s = dict(r["summary"])
+    s["p50_ms"] = p50_ms(r)
+    return {
+        "id": f"R{index}",
+        "source": str(path),
+        "result_id": r.get("id"),
+        "created_at": r.get("created_at"),
+        "model": model_name(r),
+        "label": label(r),
+        "artifact": {"sha256": a["sha256"], "short": short(a["sha256"]), "target": a["target"],
+                     "backend": a["backend"], "precision": a["precision"], "size_bytes": a.get("size_bytes")},
+        "device": {"name": r["device"]["name"], "fingerprint_id": fingerprint_id(r)},
+        "conditions": {k: fp.get(k) for k in ("temp_c_before", "temp_c_after", "load_avg")},
+        "runtime": {"name": r["runtime"]["name"], "version": r["runtime"]["version"]},
+        "settings": r.get("settings") or {},
+        "n_samples": len(r["samples_ms"]),
+        "summary": s,
+        "drift": r.get("drift"),
+        "transfer": r.get("transfer"),
+    }
+
+
+def _pairs(results: list[dict], entries: list[dict]) -> list[dict]:
+    """Each INT8 run with its fp32 counterpart (or why it has none) and what compare says."""
+    out = []
+    index = {id(r): e for r, e in zip(results, entries)}
+    for r in results:
+        if precision(r) != "int8":
+            continue
+        ref, why = float_counterpart(r, results)
+        e = index[id(r)]
+        drift = r.get("drift") or {}
+        pair = {"model": model_name(r), "target": r["artifact"]["target"], "device": r["device"]["name"],
+                "fingerprint_id": fingerprint_id(r),
+                "int8": {"id": e["id"], "sha256": r["artifact"]["sha256"], "p50_ms": p50_ms(r),
+                         "size_bytes": r["artifact"].get("size_bytes")},
+                "float": None, "speedup": None, "size_ratio": None, "compare": None, "note": why,
+                **{k: drift.get(k) for k in ("accuracy_drop", "accuracy", "float_accuracy", "top1_agreement", "cosine")}}
+        if ref is not None:
+            fe = index[id(ref)]
+            pair["float"] = {"id": fe["id"], "sha256": ref["artifact"]["sha256"], "p50_ms": p50_ms(ref),
+                             "size_bytes": ref["artifact"].get("size_bytes")}
+            pair["speedup"] = p50_ms(ref) / p50_ms(r)
+            sizes = (ref["artifact"].get("size_bytes"), r["artifact"].get("size_bytes"))
+            if all(sizes):
+                pair["size_ratio"] = sizes[0] / sizes[1]
+            try:
+                pair["compare"] = compare(ref, r, labels=(f"fp32 {fe['id']}", f"int8 {e['id']}")).to_dict()
+            except ConfigError as exc:
+                pair["note"] = f"not compared: {exc.one_line()}"
+        out.append(pair)
+    return out

@@ -1,0 +1,109 @@
+"""The report's tables as data, once, for both renderers (Markdown and HTML).
+
+A cell is plain text, or a :class:`Cell` that is shown as code and may carry a tooltip (the
+full sha256 behind a short digest, the facts behind a fingerprint id).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import fmt
+
+METHOD = (
+    "Latency numbers (p50, p90, p99, mean, MAD) are the bench's summary of the raw samples of one run. "
+    "An INT8/fp32 verdict comes from `edgeforge compare`: a two-sided Mann-Whitney U test on the medians of "
+    "contiguous blocks of samples (blocks sized from each run's autocorrelation, so correlated samples are "
+    "not counted as independent) with a percentile-bootstrap interval of the p50 ratio; a change is only "
+    "called faster or slower when p < {alpha:g}, the interval excludes 1 and the p50 moved by at least "
+    "{min_change:g}%. Results are paired and compared only on the same device fingerprint (CPU model, kernel, "
+    "cores, governor). Accuracy drop is in percentage points of the evaluation set; accuracy and top-1 "
+    "agreement are percentages of it."
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    title: str | None = None
+    code: bool = True
+
+
+@dataclass
+class Table:
+    key: str                      # section id: devices, results, int8, artifacts, sources
+    title: str
+    header: list[str]
+    rows: list[list] = field(default_factory=list)
+    empty: str = ""               # what to say instead of an empty table
+    notes: list[str] = field(default_factory=list)
+
+
+def digest(sha256: str | None, prefix: str = "") -> Cell | str:
+    return Cell(f"{prefix}{sha256[:12]}", title=f"sha256 {sha256}") if sha256 else "-"
+
+
+def fingerprint(fid: str, fingerprints: dict) -> Cell:
+    f = fingerprints.get(fid, {})
+    facts = ", ".join(f"{k} {f[k]}" for k in ("cpu_model", "kernel", "cores", "governor") if k in f)
+    return Cell(fid, title=facts)
+
+
+def report_tables(summary: dict) -> list[Table]:
+    fps, results, pairs = summary["fingerprints"], summary["results"], summary["int8_vs_float"]
+    devices = Table("devices", "Devices", ["fingerprint", "device(s)", "CPU", "kernel", "cores", "governor", "runtime(s)"],
+                    [[Cell(f["id"]), ", ".join(f["devices"]), f.get("cpu_model"), f.get("kernel"), f.get("cores"),
+                      f.get("governor"), ", ".join(f["runtimes"])] for f in fps.values()])
+    runs = Table("results", "Latency and drift",
+                 ["run", "model/target/backend/precision", "artifact", "device", "fingerprint", "runtime", "threads",
+                  "samples", "p50 ms", "p90 ms", "p99 ms", "mean ms", "MAD ms", "peak RSS MB", "top-1 agreement",
+                  "accuracy", "drop (points)", "temp C", "load"])
+    for e in results:
+        s, d = e["summary"], e["drift"] or {}
+        runs.rows.append([e["id"], e["label"], digest(e["artifact"]["sha256"]), e["device"]["name"],
+                          fingerprint(e["device"]["fingerprint_id"], fps),
+                          f"{e['runtime']['name']} {e['runtime']['version']}", e["settings"].get("threads"),
+                          e["n_samples"], fmt.ms(s.get("p50_ms")), fmt.ms(s.get("p90_ms")), fmt.ms(s.get("p99_ms")),
+                          fmt.ms(s.get("mean_ms")), fmt.ms(s.get("mad_ms")), fmt.points(s.get("peak_rss_mb")),
+                          fmt.pct(d.get("top1_agreement")), fmt.pct(d.get("accuracy")), fmt.points(d.get("accuracy_drop")),
+                          fmt.temps(e["conditions"]), fmt.load(e["conditions"])])
+    int8 = Table("int8", "INT8 vs float",
+                 ["model/target", "device", "fingerprint", "fp32 run", "int8 run", "fp32 p50 ms", "int8 p50 ms",
+                  "speed-up", "compare", "accuracy drop (points)", "top-1 agreement", "cosine", "size fp32/int8"],
+                 empty="No INT8 results among the inputs.")
+    for p in pairs:
+        f = p["float"] or {}
+        int8.rows.append([f"{p['model'] or '?'}/{p['target']}", p["device"], fingerprint(p["fingerprint_id"], fps),
+                          digest(f.get("sha256"), f"{f['id']} ") if f else "-",
+                          digest(p["int8"]["sha256"], f"{p['int8']['id']} "),
+                          fmt.ms(f.get("p50_ms")), fmt.ms(p["int8"]["p50_ms"]), fmt.ratio(p["speedup"]),
+                          verdict_cell(p), fmt.points(p.get("accuracy_drop")), fmt.pct(p.get("top1_agreement")),
+                          "-" if p.get("cosine") is None else f"{p['cosine']:.5f}", fmt.ratio(p["size_ratio"])])
+        c = p["compare"]
+        int8.notes.append(f"{p['int8']['id']}: {c['line'] if c else p['note']}")
+        int8.notes += [f"{p['int8']['id']} warning: {w}" for w in (c or {}).get("warnings", [])]
+    artifacts = Table("artifacts", "Artifacts", ["sha256", "model/target/backend/precision", "size", "float model size"],
+                      [[Cell(a["sha256"]), a["label"], fmt.size(a.get("size_bytes")), fmt.size(a.get("float_size_bytes"))]
+                       for a in summary["artifacts"]])
+    sources = Table("sources", "Sources", ["run", "file", "result id", "created"],
+                    [[e["id"], Cell(e["source"]), e.get("result_id"), e.get("created_at")] for e in results])
+    return [devices, runs, int8, artifacts, sources]
+
+
+def method_text(summary: dict) -> str:
+    st = summary["statistics"]
+    return METHOD.format(alpha=st["alpha"], min_change=st["min_change"] * 100)
+
+
+def verdict_cell(pair: dict) -> str:
+    c = pair.get("compare")
+    if not c:
+        return "not compared" if pair.get("float") else "no fp32 run"
+    if not c["significant"]:
+        return f"not significant (p={c['p_value']:.2g})"
+    return f"int8 {abs(c['change_pct']):.1f}% {c['verdict']} (p={c['p_value']:.2g})"
+
+
+def plain(v) -> str:
+    if isinstance(v, Cell):
+        return v.text
+    return "-" if v is None or v == "" else str(v)
