@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -95,6 +96,15 @@ class ExportPass(Pass):
         try:
             paddle.jit.save(layer, str(out_dir / "model"), input_spec=specs)
         except Exception as exc:  # noqa: BLE001
+            m = re.search(r"\(InvalidType\) (\w+)\(\): argument .* must be Value, but got Variable", str(exc))
+            if m:
+                raise PassError(
+                    self.name,
+                    f"op '{m.group(1)}' cannot be exported to a legacy program: Paddle 3.3's legacy jit.save "
+                    f"calls its PIR-only kernel (upstream limitation)",
+                    hint=f"express {m.group(1)} with ops that export (see docs/legalize-findings.md), "
+                         f"or export the model with an older Paddle",
+                ) from None
             raise PassError(self.name, f"paddle.jit.save failed: {_first_line(exc)}",
                             hint="make forward() traceable (its first argument must be named self, no data-dependent Python control flow)") from None
         for stray in out_dir.glob("model.pdiparams.info"):
