@@ -173,6 +173,9 @@ class SSHTransport:
             return self.map_exception(inner, doing)
         if isinstance(exc, paramiko.SSHException):
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "banner" in text.lower() and doing == "connecting":
+                return self.error(f"cannot reach {self.where}: no SSH banner within {self.connect_timeout:g}s ({text})",
+                                  hint="is sshd (and not something else) listening on that port?")
             if not self.is_connected():
                 return self.error(f"connection to {self.where} lost while {doing} ({text})")
             return self.error(f"SSH failed while {doing}: {text}")
@@ -297,7 +300,17 @@ class SSHTransport:
         tmp = posixpath.join(posixpath.dirname(remote), f".{posixpath.basename(remote)}.part-{secrets.token_hex(4)}")
         try:
             sftp.put(str(local), tmp, confirm=True)
-            sftp.posix_rename(tmp, remote)
+            try:
+                sftp.posix_rename(tmp, remote)
+            except OSError:
+                if not self.is_connected():
+                    raise
+                # No posix-rename@openssh.com extension: plain SFTP rename refuses to replace.
+                try:
+                    sftp.remove(remote)
+                except OSError:
+                    pass
+                sftp.rename(tmp, remote)
         except BaseException as exc:  # noqa: BLE001
             if isinstance(exc, KeyboardInterrupt):
                 raise

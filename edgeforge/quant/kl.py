@@ -225,7 +225,8 @@ def _map(fn, items: list) -> list:
 
 def _f32_ceil(e: np.ndarray) -> np.ndarray:
     """Smallest float32 >= e (elementwise): for a float32 x, x >= e  <=>  x >= _f32_ceil(e)."""
-    t = e.astype(np.float32)
+    with np.errstate(over="ignore"):
+        t = e.astype(np.float32)
     up, down = np.float32(np.inf), np.float32(-np.inf)
     for _ in range(2):
         t = np.where(t.astype(np.float64) < e, np.nextafter(t, up), t)

@@ -53,9 +53,10 @@ def gates_requested(args) -> bool:
     return any(getattr(args, k, None) is not None for k in _GATE_FLAGS)
 
 
-def apply_gates(args, results: list[dict]) -> int:
+def apply_gates(args, results: list[dict], reference: list[dict] = ()) -> int:
     """Evaluate the gates given on the command line over ``results``; print them, write --junit.
 
+    ``reference``: earlier runs, not gated, that may be the fp32 counterpart of an INT8 run.
     Returns EXIT_OK (also when no gate was asked for) or EXIT_GATE when one failed.
     """
     if not gates_requested(args):
@@ -65,7 +66,7 @@ def apply_gates(args, results: list[dict]) -> int:
     from .gates import evaluate_gates
     from .junit import write_junit
 
-    gates = evaluate_gates(results, **{k: getattr(args, k) for k in _GATE_FLAGS})
+    gates = evaluate_gates(results, **{k: getattr(args, k) for k in _GATE_FLAGS}, reference=reference)
     print_gates(gates)
     if args.junit:
         _console().print(f"junit: {write_junit(gates, Path(args.junit))}")
@@ -97,12 +98,16 @@ def print_gates(gates) -> None:
 
 # ---------------------------------------------------------------- verbs
 
+def _say_skipped(path, why: str) -> None:
+    _console(stderr=True).print(f"skipped {path}: {why}", style="yellow", markup=False)
+
+
 def cmd_gate(args) -> int:
     from .load import load_results
 
     if not gates_requested(args):
         raise ConfigError("no gate given: pass --max-accuracy-drop, --max-p50-ms or --min-int8-speedup")
-    return apply_gates(args, [r for _, r in load_results(args.results)])
+    return apply_gates(args, [r for _, r in load_results(args.results, on_skip=_say_skipped)])
 
 
 def cmd_compare(args) -> int:
@@ -140,6 +145,8 @@ def cmd_report(args) -> int:
 
     out = write_report([Path(p) for p in args.results], Path(args.out))
     s = out["summary"]
+    for skipped in s["skipped"]:
+        _say_skipped(skipped["source"], skipped["reason"])
     con = _console()
     t = Table(title=f"{len(s['results'])} run(s) on {len(s['fingerprints'])} device fingerprint(s)", title_justify="left")
     for col in ("run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p90 ms", "p99 ms", "drop pts"):

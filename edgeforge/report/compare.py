@@ -5,7 +5,7 @@ timing samples that are autocorrelated and heavy-tailed):
 
 1. Refuse to compare runs from different stable device fingerprints (CPU model, kernel, cores,
    governor) or different runtimes (name, version) unless ``force=True``: such a difference is
-   a difference of machines, not of artifacts.
+   a difference of machines or runtimes, not of artifacts.
 2. Autocorrelation. Consecutive samples of one run are not independent (frequency and thermal
    state, cache and background bursts persist for many iterations); a rank test on the raw
    samples treats n correlated samples as n independent ones and calls noise significant (with
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -52,6 +52,8 @@ BOOTSTRAP_SEED = 20240601
 UNSTABLE_MAD = 0.10          # MAD / median above this: warn, as pyperf does for stdev / mean
 AUTOCORRELATED = 0.5         # lag-1 rank correlation above this: warn
 THERMAL_DELTA_C = 10.0
+# settings that change what a sample measures (warmup and run counts, timeouts do not)
+MEASUREMENT_SETTINGS = ("threads", "batch", "power_mode", "execution_providers", "runner")
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class CompareResult:
     reason: str                  # why "not significant" ("" when significant)
     labels: tuple[str, str] = ("A", "B")
     forced_past: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = ()
 
     @property
     def significant(self) -> bool:
@@ -121,7 +123,7 @@ def block_size(n: int, lag1: float) -> int:
     """Samples per block: enough that block medians are roughly independent (see module doc)."""
     r = min(max(lag1, 0.0), 0.98)
     tau = (1.0 + r) / (1.0 - r)
-    return max(1, math.isqrt(n), math.ceil(2.0 * tau))
+    return max(1, math.isqrt(n), math.ceil(2.0 * tau - 1e-9))
 
 
 def block_medians(samples: np.ndarray, size: int) -> np.ndarray:
@@ -147,7 +149,7 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
               ([f"different runtimes ({'; '.join(rt_diff)})"] if rt_diff else [])
     if reasons and not force:
         raise ConfigError(f"refusing to compare {labels[0]} and {labels[1]}: {' and '.join(reasons)}",
-                          hint="a difference would measure the machines, not the artifacts; "
+                          hint="a difference would measure the device or the runtime, not the artifacts; "
                                "pass --force (force=True) to compare anyway")
 
     xa = np.asarray(a["samples_ms"], dtype=float)
@@ -177,7 +179,7 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
     forced = tuple(reasons)
     if forced:
         notes.insert(0, f"forced past: {' and '.join(forced)}; the difference may come from the "
-                        f"machines, not the artifacts")
+                        f"device or the runtime, not the artifacts")
     return CompareResult(verdict=verdict, ratio=ratio, ci_low=ci_low, ci_high=ci_high, p_value=p,
                          p_value_iid=p_iid, p50_a_ms=p50_a, p50_b_ms=p50_b, n_a=len(xa), n_b=len(xb),
                          block_size=size, blocks_a=len(ma), blocks_b=len(mb), lag1_a=lag_a, lag1_b=lag_b,
@@ -236,7 +238,7 @@ def _warnings(a, b, xa, xb, lag_a, lag_b, ka, kb, alpha, labels, fp_unknown) -> 
     if isinstance(ta, (int, float)) and isinstance(tb, (int, float)) and abs(ta - tb) >= THERMAL_DELTA_C:
         notes.append(f"the runs started at different temperatures ({ta:.0f} vs {tb:.0f} C)")
     sa, sb = a.get("settings") or {}, b.get("settings") or {}
-    differ = [f"{k} {sa.get(k)} vs {sb.get(k)}" for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)]
+    differ = [f"{k} {sa.get(k)} vs {sb.get(k)}" for k in MEASUREMENT_SETTINGS if sa.get(k) != sb.get(k)]
     if differ:
         notes.append(f"settings differ: {', '.join(differ)}")
     if fp_unknown:

@@ -3,7 +3,8 @@
 They are NOT measurements: latencies are drawn from a lognormal with AR(1) correlation between
 consecutive samples and occasional slow outliers (the shape real timings have).
 
-    python -m edgeforge.report.demo DIR     # writes a small fleet's results into DIR
+    python -m edgeforge.report.demo DIR          # writes a small fleet's results into DIR
+    python -m edgeforge.report.demo --calibrate  # false-positive rate and power of `compare`
 """
 from __future__ import annotations
 
@@ -50,12 +51,13 @@ def make_result(*, name: str = "digits", target: str = "rpi4", backend: str = "l
     size = size_bytes if size_bytes is not None else (400118 if is_float else 144382)
     digest = sha256 or hashlib.sha256(f"{name}/{target}/{backend}/{precision}/{size}".encode()).hexdigest()
     fp = dict(fingerprint or PI4)
-    fp.update(temp_c_before=temps[0], temp_c_after=temps[1], load_avg=[0.08, 0.05, 0.01])
+    fp.update(temp_c_before=temps[0], temp_c_after=temps[1], load_avg=[0.08, 0.05, 0.01], hostname=device)
     return {
         "schema": BENCH_SCHEMA,
-        "name": name,
+        "status": "ok",
         "created_at": "2024-06-01T12:00:00+00:00",
-        "artifact": {"sha256": digest, "target": target, "backend": backend, "precision": precision,
+        "artifact": {"sha256": digest, "name": name, "path": "model.nb" if backend == "lite" else "model.onnx",
+                     "target": target, "backend": backend, "precision": precision,
                      "size_bytes": size, "float_size_bytes": float_size_bytes or (None if is_float else 400118)},
         "device": {"name": device, "fingerprint": fp},
         "runtime": {"name": runtime[0], "version": runtime[1]},
@@ -78,7 +80,7 @@ def demo_results() -> dict[str, dict]:
         "digits-rpi4-int8-rerun": make_result(median_ms=3.1, seed=3, temps=(49.0, 50.5)),
         "digits-orin-int8": make_result(target="jetson-orin", backend="onnx", device="orin-1", fingerprint=ORIN,
                                         runtime=("onnxruntime", "1.23.2"), precision="int8", median_ms=0.82,
-                                        seed=4, size_bytes=131072, accuracy_drop=0.4),
+                                        seed=4, size_bytes=131072, float_size_bytes=409600, accuracy_drop=0.4),
         "digits-orin-fp32": make_result(target="jetson-orin", backend="onnx", device="orin-1", fingerprint=ORIN,
                                         runtime=("onnxruntime", "1.23.2"), precision="fp32", median_ms=1.05,
                                         seed=5, size_bytes=409600),
@@ -95,8 +97,32 @@ def write_demo(out_dir: str | Path) -> list[Path]:
     return sorted(files)
 
 
+def calibrate(pairs: int = 300, sizes=(50, 200, 1000), lags=(0.0, 0.5, 0.8, 0.9)) -> list[dict]:
+    """How often `compare` calls two runs of one artifact different, and how often it finds +5%/+15%."""
+    from .compare import compare
+
+    rows = []
+    for n in sizes:
+        for phi in lags:
+            fp = naive = slow15 = slow5 = 0
+            for s in range(pairs):
+                a = make_result(seed=2 * s, n=n, phi=phi)
+                same = compare(a, make_result(seed=2 * s + 1, n=n, phi=phi))
+                fp += same.significant
+                naive += same.p_value_iid < same.alpha
+                slow15 += compare(a, make_result(seed=10**6 + s, n=n, phi=phi, median_ms=11.5)).verdict == "slower"
+                slow5 += compare(a, make_result(seed=2 * 10**6 + s, n=n, phi=phi, median_ms=10.5)).verdict == "slower"
+            rows.append({"samples": n, "lag1": phi, "false_positive": fp / pairs, "raw_mwu_p_lt_alpha": naive / pairs,
+                         "detects_15pct": slow15 / pairs, "detects_5pct": slow5 / pairs})
+            print(" ".join(f"{k}={v:g}" for k, v in rows[-1].items()), flush=True)
+    return rows
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m edgeforge.report.demo DIR")
-    for p in write_demo(sys.argv[1]):
-        print(p)
+    if sys.argv[1:] == ["--calibrate"]:
+        calibrate()
+    elif len(sys.argv) == 2:
+        for p in write_demo(sys.argv[1]):
+            print(p)
+    else:
+        sys.exit("usage: python -m edgeforge.report.demo DIR | --calibrate")

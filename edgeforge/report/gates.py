@@ -41,8 +41,12 @@ class GateResult:
 
 
 def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, max_p50_ms: float | None = None,
-                   min_int8_speedup: float | None = None) -> list[GateResult]:
-    """Evaluate the gates whose threshold is given; order: device, gate, result."""
+                   min_int8_speedup: float | None = None, *, reference: list[dict] = ()) -> list[GateResult]:
+    """Evaluate the gates whose threshold is given over ``results``; order: device, gate, result.
+
+    ``reference`` holds earlier runs that are not gated themselves but may serve as the fp32
+    counterpart of an INT8 run (``edgeforge bench`` passes the results directory's runs).
+    """
     for flag, value, low in (("max_accuracy_drop", max_accuracy_drop, 0.0), ("max_p50_ms", max_p50_ms, 0.0),
                              ("min_int8_speedup", min_int8_speedup, 0.0)):
         if value is not None and not value >= low:
@@ -57,7 +61,8 @@ def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, 
             out += [_latency_gate(r, max_p50_ms) for r in on_device]
         if min_int8_speedup is not None:
             int8 = [r for r in on_device if precision(r) == "int8"]
-            out += [_speedup_gate(r, results, min_int8_speedup) for r in int8]
+            pool = list(results) + [r for r in reference if not any(r is x for x in results)]
+            out += [_speedup_gate(r, pool, min_int8_speedup) for r in int8]
             if not int8:
                 out.append(GateResult("min_int8_speedup", device, False, None, min_int8_speedup,
                                       f"no int8 result on {device} to check"))
@@ -70,10 +75,12 @@ def _base(r: dict) -> dict:
 
 
 def _accuracy_gate(r: dict, limit: float) -> GateResult:
-    drop = (r.get("drift") or {}).get("accuracy_drop")
+    drift = r.get("drift") or {}
+    drop = drift.get("accuracy_drop")
     if not isinstance(drop, (int, float)):
+        why = f" ({drift['skipped']})" if drift.get("skipped") else ""
         return GateResult("max_accuracy_drop", passed=False, measured=None, threshold=limit,
-                          message="no accuracy drop recorded (drift.accuracy_drop)", **_base(r))
+                          message=f"no accuracy drop recorded (drift.accuracy_drop){why}", **_base(r))
     ok = drop <= limit
     return GateResult("max_accuracy_drop", passed=ok, measured=float(drop), threshold=limit,
                       message=f"accuracy drop {drop:.2f} points {'<=' if ok else '>'} {limit:g} allowed", **_base(r))

@@ -4,8 +4,8 @@
   CPU model, kernel, core count, frequency governor (not temperature or load, which change
   from run to run and are reported, not matched);
 - a *model* is the build name a result carries (top-level ``model`` or ``name``);
-- an INT8 result's *float counterpart* is an fp32 result of the same model and target on the
-  same device (name and stable fingerprint).
+- an INT8 result's *float counterpart* is an fp32 result of the same model, target and backend
+  on the same device (name and stable fingerprint) with the same runtime (name and version).
 """
 from __future__ import annotations
 
@@ -81,21 +81,24 @@ def same_device(a: dict, b: dict) -> bool:
 def float_counterpart(r: dict, results: list[dict]) -> tuple[dict | None, str]:
     """The fp32 result to measure INT8 result ``r`` against, or (None, why there is none).
 
-    Same model, target, device name and stable fingerprint; the same backend is preferred, then
-    the newest (``created_at``), then the last given. Results without a model name pair only when
-    the device and target hold exactly one unnamed result of each precision.
+    Same model, target and backend, same device (name and stable fingerprint) and same runtime
+    (name and version): otherwise the ratio would mix the quantization's effect with a runtime's
+    or a machine's. Among several, the newest (``created_at``), then the last given. Results
+    without a model name pair only when the device and target hold exactly one unnamed result of
+    each precision.
     """
-    model, target = model_name(r), r["artifact"]["target"]
-    where = f"{model or 'an unnamed model'}/{target} on {r['device']['name']}"
-    peers = [x for x in results if x is not r and model_name(x) == model
-             and x["artifact"]["target"] == target and same_device(x, r)]
+    model, a = model_name(r), r["artifact"]
+    where = f"{model or 'an unnamed model'}/{a['target']}/{a['backend']} on {r['device']['name']}"
+    peers = [x for x in results if x is not r and model_name(x) == model and x["artifact"]["target"] == a["target"]
+             and same_device(x, r)]
     floats = [x for x in peers if precision(x) == FLOAT_PRECISION]
-    if not floats:
-        return None, f"no {FLOAT_PRECISION} result of {where} (same device fingerprint) to compare with"
-    if model is None and (len(floats) > 1 or any(precision(x) == precision(r) for x in peers)):
-        return None, (f"several unnamed results on {r['device']['name']}/{target}: cannot tell which "
+    usable = [x for x in floats if x["artifact"]["backend"] == a["backend"] and not runtime_differences(x, r)]
+    if not usable:
+        others = sorted({f"{x['artifact']['backend']} ({x['runtime']['name']} {x['runtime']['version']})"
+                         for x in floats})
+        found = f"; found fp32 only on {', '.join(others)}, not comparable" if others else ""
+        return None, f"no {FLOAT_PRECISION} result of {where} with the same device fingerprint and runtime{found}"
+    if model is None and (len(usable) > 1 or any(precision(x) == precision(r) for x in peers)):
+        return None, (f"several unnamed results on {r['device']['name']}/{a['target']}: cannot tell which "
                       f"{FLOAT_PRECISION} result belongs to which model (results carry no name)")
-    same_backend = [x for x in floats if x["artifact"]["backend"] == r["artifact"]["backend"]]
-    pool = same_backend or floats
-    best = max(enumerate(pool), key=lambda ix: (str(ix[1].get("created_at") or ""), ix[0]))[1]
-    return best, ""
+    return max(enumerate(usable), key=lambda ix: (str(ix[1].get("created_at") or ""), ix[0]))[1], ""

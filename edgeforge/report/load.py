@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..errors import ConfigError, ResultError
 
@@ -34,6 +34,8 @@ def validate_result(obj, source: str = "result") -> dict:
     if schema != BENCH_SCHEMA:
         raise ResultError(f"{source}: unknown result schema {schema!r}",
                           hint=f"this edgeforge reads {BENCH_SCHEMA}")
+    if obj.get("status", "ok") != "ok":
+        raise ResultError(f"{source}: {_incomplete(obj)}", hint="only complete runs can be reported, compared or gated")
     missing = [k for k in _REQUIRED_TOP if k not in obj]
     for section, keys in _REQUIRED_SUB.items():
         if isinstance(obj.get(section), dict):
@@ -59,45 +61,57 @@ def validate_result(obj, source: str = "result") -> dict:
 
 def load_result(path: str | Path) -> dict:
     path = Path(path)
+    return validate_result(_read_json(path), str(path))
+
+
+def load_results(paths: Iterable[str | Path],
+                 on_skip: Callable[[Path, str], None] | None = None) -> list[tuple[Path, dict]]:
+    """Load result files; a directory contributes every ``*.json`` below it (sorted).
+
+    In a directory, hidden files, our own other documents (report summaries, build manifests) and
+    runs that did not complete (``status`` other than ``ok``; ``on_skip`` hears of those) are
+    skipped. A file named directly must be a complete result.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ConfigError("no result files given")
+    out: list[tuple[Path, dict]] = []
+    seen: set[Path] = set()
+    for given in paths:
+        if given.is_dir():
+            found = [f for f in sorted(given.rglob("*.json"))
+                     if not any(part.startswith(".") for part in f.relative_to(given).parts)]
+            if not found:
+                raise ConfigError(f"no result files (*.json) in {given}")
+            for f in found:
+                obj = _read_json(f)
+                schema = obj.get("schema") if isinstance(obj, dict) else None
+                if isinstance(schema, str) and schema.startswith(_OTHER_EDGEFORGE_SCHEMAS):
+                    continue
+                if schema == BENCH_SCHEMA and obj.get("status", "ok") != "ok":
+                    if on_skip:
+                        on_skip(f, _incomplete(obj))
+                    continue
+                if f.resolve() not in seen:
+                    seen.add(f.resolve())
+                    out.append((f, validate_result(obj, str(f))))
+        elif given.resolve() not in seen:  # a file named and also inside a named directory counts once
+            seen.add(given.resolve())
+            out.append((given, load_result(given)))
+    if not out:
+        raise ConfigError(f"no complete results in {', '.join(map(str, paths))}")
+    return out
+
+
+def _read_json(path: Path):
     try:
-        obj = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"no such result file: {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultError(f"{path}: cannot read it as JSON ({exc})") from None
-    return validate_result(obj, str(path))
 
 
-def load_results(paths: Iterable[str | Path]) -> list[tuple[Path, dict]]:
-    """Load result files; a directory contributes every ``*.json`` below it (sorted).
-
-    In a directory, our own non-result documents (report summaries, build manifests) and hidden
-    files are skipped; a named file must be a result.
-    """
-    out: list[tuple[Path, dict]] = []
-    for given in paths:
-        given = Path(given)
-        if given.is_dir():
-            found = 0
-            for f in sorted(given.rglob("*.json")):
-                if any(part.startswith(".") for part in f.relative_to(given).parts):
-                    continue
-                if _is_other_edgeforge_document(f):
-                    continue
-                out.append((f, load_result(f)))
-                found += 1
-            if not found:
-                raise ConfigError(f"no result files (*.json) in {given}")
-        else:
-            out.append((given, load_result(given)))
-    if not out:
-        raise ConfigError("no result files given")
-    return out
-
-
-def _is_other_edgeforge_document(path: Path) -> bool:
-    try:
-        schema = json.loads(path.read_text()).get("schema")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return False  # load_result reports it properly
-    return isinstance(schema, str) and schema.startswith(_OTHER_EDGEFORGE_SCHEMAS)
+def _incomplete(obj: dict) -> str:
+    error = obj.get("error")
+    return f"an incomplete run (status {obj.get('status')!r}" + (f": {error})" if error else ")")

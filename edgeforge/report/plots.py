@@ -67,7 +67,7 @@ def latency_distributions(summary: dict, results: list[dict]) -> str | None:
     for ax, ((device, fid), ix) in zip(axes, groups.items()):
         data = [np.asarray(results[i]["samples_ms"]) for i in ix]
         labels = [f"{entries[i]['id']} {entries[i]['label']}  {entries[i]['artifact']['short']}" for i in ix]
-        box = ax.boxplot(data, vert=False, whis=(1, 99), widths=0.6, patch_artist=True,
+        box = ax.boxplot(data, orientation="horizontal", whis=(1, 99), widths=0.6, patch_artist=True,
                          medianprops={"color": "black"}, flierprops={"markersize": 2, "alpha": 0.5})
         for patch, i in zip(box["boxes"], ix):
             patch.set_facecolor(_color(entries[i]["artifact"]["precision"]))
@@ -106,6 +106,9 @@ def int8_vs_float(summary: dict, results: list[dict]) -> str | None:
         right = np.percentile(by_id[p["float"]["id"]]["samples_ms"], 90)
         ax_lat.annotate(f"{p['speedup']:.2f}x", (right, yi - 0.17), textcoords="offset points",
                         xytext=(6, -3), fontsize=8)
+    p50s = [p[k]["p50_ms"] for p in pairs for k in ("float", "int8")]
+    if max(p50s) / min(p50s) > 8:
+        ax_lat.set_xscale("log")
     ax_lat.set_yticks(y, names)
     ax_lat.invert_yaxis()
     ax_lat.set_xlabel("latency (ms): p50 with p10-p90; label: speed-up fp32/int8")
@@ -118,7 +121,8 @@ def int8_vs_float(summary: dict, results: list[dict]) -> str | None:
                         xytext=(3, -3), fontsize=8)
     ax_acc.set_xlabel("int8 accuracy drop (points)")
     ax_acc.grid(axis="x", alpha=0.3)
-    ax_acc.set_xlim(0, max([d or 0.0 for d in drops] + [0.5]) * 1.35)
+    known = [d for d in drops if d is not None]
+    ax_acc.set_xlim(min(known + [0.0]) * 1.35, max(known + [0.5]) * 1.35)
     return to_svg(fig, "i8f")
 
 

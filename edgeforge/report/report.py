@@ -32,16 +32,17 @@ def write_report(result_files: list[Path], out_dir: Path) -> dict:
     from .html import render_html
     from .markdown import render_markdown
 
-    loaded = load_results(result_files)
+    skipped: list[dict] = []
+    loaded = load_results(result_files, on_skip=lambda path, why: skipped.append({"source": str(path), "reason": why}))
     results = [r for _, r in loaded]
-    summary = build_summary(loaded)
+    summary = _json_safe(build_summary(loaded, skipped))
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a directory")
+        raise ConfigError(f"the report directory {out} is a file")
     paths = {"markdown": out / MARKDOWN, "html": out / HTML, "summary_json": out / SUMMARY}
     write_files_atomic({paths["markdown"]: render_markdown(summary),
                         paths["html"]: render_html(summary, results),
-                        paths["summary_json"]: json.dumps(_json_safe(summary), indent=2, allow_nan=False) + "\n"})
+                        paths["summary_json"]: json.dumps(summary, indent=2, allow_nan=False) + "\n"})
     return {**paths, "summary": summary}
 
 
@@ -56,7 +57,7 @@ def _json_safe(obj):
     return obj
 
 
-def build_summary(loaded: list[tuple[Path, dict]]) -> dict:
+def build_summary(loaded: list[tuple[Path, dict]], skipped: list[dict] | None = None) -> dict:
     """The report's content as data (what summary.json holds and both renderers read)."""
     results = [r for _, r in loaded]
     entries = [_entry(i, path, r) for i, (path, r) in enumerate(loaded, 1)]
@@ -86,6 +87,7 @@ def build_summary(loaded: list[tuple[Path, dict]]) -> dict:
         "artifacts": list(artifacts.values()),
         "results": entries,
         "int8_vs_float": _pairs(results, entries),
+        "skipped": list(skipped or []),      # files in the given directories that hold no complete run
     }
 
 

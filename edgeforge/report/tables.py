@@ -85,7 +85,8 @@ def report_tables(summary: dict) -> list[Table]:
                       [[Cell(a["sha256"]), a["label"], fmt.size(a.get("size_bytes")), fmt.size(a.get("float_size_bytes"))]
                        for a in summary["artifacts"]])
     sources = Table("sources", "Sources", ["run", "file", "result id", "created"],
-                    [[e["id"], Cell(e["source"]), e.get("result_id"), e.get("created_at")] for e in results])
+                    [[e["id"], Cell(e["source"]), e.get("result_id"), e.get("created_at")] for e in results],
+                    notes=[f"skipped {s['source']}: {s['reason']}" for s in summary.get("skipped", [])])
     return [devices, runs, int8, artifacts, sources]
 
 

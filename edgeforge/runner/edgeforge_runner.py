@@ -335,9 +335,12 @@ def probe_runtimes(benchmark_bin=None):
 
 
 def benchmark_bin_info(path):
+    import shutil
     import subprocess
 
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+    if path and os.sep not in path:
+        path = shutil.which(path) or path
+    if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
         return {"present": False, "path": path, "error": "not an executable file"}
     try:
         proc = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -349,11 +352,22 @@ def benchmark_bin_info(path):
     return {"present": True, "path": path, "version": version}
 
 
-def probe(benchmark_bin=None):
-    return {"runner_version": RUNNER_VERSION, "python": platform.python_version(),
-            "executable": sys.executable, "machine": platform.machine(),
-            "numpy": getattr(np, "__version__", None), "runtimes": probe_runtimes(benchmark_bin),
-            "fingerprint": fingerprint()}
+def workdir_info(path):
+    path = os.path.abspath(os.path.expanduser(path))
+    probe_at = path
+    while not os.path.exists(probe_at) and os.path.dirname(probe_at) != probe_at:
+        probe_at = os.path.dirname(probe_at)
+    return {"path": path, "exists": os.path.isdir(path), "writable": os.access(probe_at, os.W_OK | os.X_OK)}
+
+
+def probe(benchmark_bin=None, workdir=None):
+    out = {"runner_version": RUNNER_VERSION, "python": platform.python_version(),
+           "executable": sys.executable, "machine": platform.machine(),
+           "numpy": getattr(np, "__version__", None), "runtimes": probe_runtimes(benchmark_bin),
+           "fingerprint": fingerprint()}
+    if workdir:
+        out["workdir"] = workdir_info(workdir)
+    return out
 
 
 # ---------------------------------------------------------------- timing
@@ -529,9 +543,10 @@ def bench(build_dir, spec):
     needed = _needed_runtime(spec)
     try:
         if needed == "benchmark_bin":
-            info = benchmark_bin_info(spec.get("benchmark_bin") or "")
+            info = benchmark_bin_info(spec.get("benchmark_bin") or "benchmark_bin")
             if not info["present"]:
                 raise RuntimeMissing("benchmark_bin %r: %s" % (spec.get("benchmark_bin"), info.get("error")))
+            spec["benchmark_bin"] = info["path"]
         else:
             _import_runtime(needed)
     except RuntimeMissing as exc:
@@ -589,8 +604,9 @@ def main(argv=None):
     if argv and argv[0] == "probe":
         ap = argparse.ArgumentParser(prog="edgeforge_runner.py probe")
         ap.add_argument("--benchmark-bin")
+        ap.add_argument("--workdir")
         args = ap.parse_args(argv[1:])
-        json.dump(probe(args.benchmark_bin), sys.stdout)
+        json.dump(probe(args.benchmark_bin, args.workdir), sys.stdout)
         sys.stdout.write("\n")
         return EXIT_OK
     if argv and argv[0] == "bench":

@@ -1,0 +1,464 @@
+"""edgeforge bench: push a build to a device over SSH, measure latency and accuracy drift there.
+
+1. read the build (manifest, artifact, reference data) and the device (inventory);
+2. connect (host key checked), ask the device for the sha256 of what it already holds under
+   ``<workdir>/<artifact sha256>/`` and whether it has numpy and the runtime;
+3. upload only what is missing or differs (a temporary name, then a rename);
+4. run the on-device runner, which checks every sha256 again before it loads anything, then
+   times the artifact and measures drift on the evaluation set;
+5. write one ``edgeforge.bench/1`` JSON under ``results/`` (atomic, never overwriting).
+
+A failure raises DeviceError (exit 4) with one line naming the device and the cause; whatever was
+measured before the failure is saved as a result with status "incomplete".
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .. import __version__
+from ..cache import sha256_file
+from ..errors import ConfigError, DeviceError
+from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
+from ..results.stats import summarize
+from ..runner import RUNNER_FILE
+from .inventory import Device, load_inventory
+from .transport import SSHTransport
+
+RUNNER_NAME = "edgeforge_runner.py"
+EVENT_PREFIX = "@@edgeforge "
+PREPARE_PREFIX = "@@edgeforge-prepare "
+DEADLINE_GRACE_S = 5.0
+
+# Runs on the device before anything is uploaded: standard library only.
+REMOTE_PREPARE = r'''
+import hashlib, importlib.util, json, os, platform, sys
+req = json.loads(sys.argv[1])
+out = {"python": platform.python_version(), "executable": sys.executable,
+       "machine": platform.machine(), "modules": {}, "digests": {}}
+for m in req["modules"]:
+    try:
+        out["modules"][m] = importlib.util.find_spec(m) is not None
+    except Exception:
+        out["modules"][m] = False
+d = os.path.abspath(os.path.join(os.path.expanduser(req["workdir"]), req["subdir"]))
+out["dir"] = d
+try:
+    for sub in [""] + req["mkdirs"]:
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+    out["writable"] = os.access(d, os.W_OK)
+except OSError as e:
+    out["writable"] = False
+    out["error"] = "%s: %s" % (e.strerror, e.filename)
+for rel in req["files"]:
+    try:
+        h = hashlib.sha256()
+        with open(os.path.join(d, rel), "rb") as f:
+            for b in iter(lambda: f.read(1 << 20), b""):
+                h.update(b)
+        out["digests"][rel] = h.hexdigest()
+    except OSError:
+        out["digests"][rel] = None
+print("@@edgeforge-prepare " + json.dumps(out))
+'''
+
+ARCH_ALIASES = {
+    "x86_64": {"x86_64", "amd64"},
+    "arm64": {"aarch64", "arm64"},
+    "armv7": {"armv7l", "armv7", "armv8l", "armhf"},
+}
+RUNTIME_FOR_BACKEND = {"onnx": "onnxruntime", "lite": "paddlelite"}
+
+Step = Callable[[str, str], None]   # (step, message)
+
+
+def arch_matches(target_arch: str, machine: str | None) -> bool:
+    return (machine or "").lower() in ARCH_ALIASES.get(target_arch, {target_arch})
+
+
+@dataclass
+class BenchSettings:
+    warmups: str | int
+    runs: int
+    threads: int | None
+    power_mode: str | None
+    connect_timeout_s: float
+    command_timeout_s: float
+    runner: str                      # "python" or "benchmark_bin"
+    benchmark_bin: str | None = None
+
+
+@dataclass
+class BenchOutcome:
+    result: dict
+    path: Path
+
+
+@dataclass
+class _Partial:
+    """What the runner has reported so far (events, in order)."""
+    events: list = field(default_factory=list)
+
+    def first(self, name):
+        return next((e for e in self.events if e.get("event") == name), None)
+
+    def fingerprint(self, when):
+        return next((e["fingerprint"] for e in self.events
+                     if e.get("event") == "fingerprint" and e.get("when") == when), None)
+
+    @property
+    def last(self) -> str:
+        return self.events[-1]["event"] if self.events else "nothing"
+
+    def feed(self, line: str) -> dict | None:
+        if not line.startswith(EVENT_PREFIX):
+            return None
+        try:
+            ev = json.loads(line[len(EVENT_PREFIX):])
+        except ValueError:
+            return None
+        self.events.append(ev)
+        return ev
+
+
+def parse_warmups(value) -> str | int:
+    if value is None or value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--warmups must be 'auto' or a count, not {value!r}") from None
+    if n < 0:
+        raise ConfigError("--warmups must be >= 0")
+    return n
+
+
+def resolve_settings(manifest: dict, device: Device, *, runs=None, warmups=None, timeout=None,
+                     connect_timeout=None) -> BenchSettings:
+    bench = dict((manifest.get("target_profile") or {}).get("bench") or {})
+    rt = manifest.get("runtime") or {}
+    runner = bench.get("runner", "python")
+    if manifest["backend"] != "lite":
+        runner = "python"
+    elif device.benchmark_bin:
+        runner = "benchmark_bin"
+    settings = BenchSettings(
+        warmups=parse_warmups(warmups if warmups is not None else bench.get("warmups", "auto")),
+        runs=int(runs if runs is not None else bench.get("runs", 100)),
+        threads=rt.get("threads"), power_mode=rt.get("power_mode"),
+        connect_timeout_s=float(connect_timeout if connect_timeout is not None else bench.get("connect_timeout_s", 10)),
+        command_timeout_s=float(timeout if timeout is not None else bench.get("command_timeout_s", 600)),
+        runner=runner, benchmark_bin=device.benchmark_bin or ("benchmark_bin" if runner == "benchmark_bin" else None))
+    if settings.runs <= 0:
+        raise ConfigError("--runs must be > 0")
+    if settings.command_timeout_s <= 0 or settings.connect_timeout_s <= 0:
+        raise ConfigError("timeouts must be > 0")
+    return settings
+
+
+def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
+    """The files a bench ships, by their path under the remote directory."""
+    art = manifest["artifact"]
+    files = {art["path"]: build_dir / art["path"],
+             manifest["reference"]["inputs"]: build_dir / manifest["reference"]["inputs"],
+             manifest["reference"]["outputs"]: build_dir / manifest["reference"]["outputs"],
+             RUNNER_NAME: RUNNER_FILE}
+    for rel, path in files.items():
+        if not path.is_file():
+            raise ConfigError(f"{build_dir}: {rel} is missing", hint="rebuild with `edgeforge build`")
+    return files
+
+
+def _needed_modules(manifest: dict, settings: BenchSettings) -> list[str]:
+    mods = ["numpy"]
+    if settings.runner == "python":
+        mods.append(RUNTIME_FOR_BACKEND[manifest["backend"]])
+    return mods
+
+
+def _tail(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip() and not ln.startswith(EVENT_PREFIX)]
+    return lines[-1][:300] if lines else ""
+
+
+def _signal_name(n: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+class Bench:
+    """One bench of one build on one device."""
+
+    def __init__(self, build_dir, device: Device, settings: BenchSettings, *, trust_new_host=False,
+                 results_dir=None, on_step: Step | None = None):
+        from ..api import read_manifest
+
+        self.build_dir = Path(build_dir)
+        self.manifest = read_manifest(self.build_dir)
+        self.device = device
+        self.settings = settings
+        self.trust_new_host = trust_new_host
+        self.results_dir = Path(results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
+        self.on_step = on_step or (lambda step, msg: None)
+        self.partial = _Partial()
+        self.transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [], "reused": []}
+        self.remote_dir: str | None = None
+        if device.target != self.manifest["target"]:
+            raise ConfigError(f"device {device.name} is a {device.target}, the build in {build_dir} is for "
+                              f"{self.manifest['target']}",
+                              hint=f"build for it: edgeforge build PROJECT --target {device.target}")
+
+    def error(self, message, hint=None) -> DeviceError:
+        return DeviceError(self.device.name, message, hint=hint)
+
+    # ------------------------------------------------------------ steps
+
+    def local_digests(self, files: dict[str, Path]) -> dict[str, str]:
+        digests = {rel: sha256_file(p) for rel, p in files.items()}
+        art = self.manifest["artifact"]
+        if digests[art["path"]] != art["sha256"]:
+            raise ConfigError(f"{self.build_dir / art['path']} does not match the sha256 in its manifest",
+                              hint="the build was modified; rebuild it")
+        return digests
+
+    def prepare(self, tr: SSHTransport, digests: dict[str, str]) -> dict:
+        req = {"workdir": self.device.workdir, "subdir": self.manifest["artifact"]["sha256"],
+               "modules": _needed_modules(self.manifest, self.settings),
+               "mkdirs": sorted({posixpath.dirname(r) for r in digests if posixpath.dirname(r)}),
+               "files": sorted(digests)}
+        r = tr.python(["-c", REMOTE_PREPARE, json.dumps(req)], timeout=min(self.settings.command_timeout_s, 120),
+                      doing="checking the files on the device")
+        self._raise_for_transport(r, "checking the files on the device")
+        line = next((ln for ln in r.stdout.splitlines() if ln.startswith(PREPARE_PREFIX)), None)
+        if r.exit_code == 127 or (line is None and "not found" in r.stderr):
+            raise self.error(f"python '{self.device.python}' not found on the device",
+                             hint="set python = ... in devices.toml to a Python 3 with numpy and the runtime")
+        if line is None:
+            raise self.error(f"could not check files with {self.device.python} (exit {r.exit_code}): {_tail(r.stderr)}")
+        info = json.loads(line[len(PREPARE_PREFIX):])
+        arch = self.manifest.get("target_profile", {}).get("arch")
+        if arch and not arch_matches(arch, info.get("machine")):
+            raise self.error(f"device is {info.get('machine')}, target {self.manifest['target']} is {arch}",
+                             hint="check devices.toml: target = ... for this device")
+        if not info.get("writable"):
+            raise self.error(f"workdir {info['dir']} is not writable: {info.get('error', 'permission denied')}",
+                             hint="set workdir = ... in devices.toml to a directory the user can write")
+        missing = [m for m, ok in info["modules"].items() if not ok]
+        if missing:
+            raise self.error(f"runtime missing: {', '.join(missing)} not importable by {info['executable']} "
+                             f"(Python {info['python']})",
+                             hint=f"install {' and '.join(missing)} on the device, or point python = ... in "
+                                  "devices.toml at a Python that has them")
+        self.remote_dir = info["dir"]
+        return info
+
+    def upload(self, tr: SSHTransport, files: dict[str, Path], local: dict[str, str], remote: dict) -> None:
+        todo = [rel for rel in sorted(files) if remote.get(rel) != local[rel]]
+        self.transfer["reused"] = [rel for rel in sorted(files) if rel not in todo]
+        if not todo:
+            self.on_step("upload", "nothing to upload: the device holds every file")
+            return
+        start = time.monotonic()
+        for rel in todo:
+            why = "changed on the device" if remote.get(rel) else "new"
+            self.on_step("upload", f"{rel} ({why}, {files[rel].stat().st_size} bytes)")
+            n = tr.upload(files[rel], posixpath.join(self.remote_dir, rel), timeout=self.settings.command_timeout_s)
+            self.transfer["uploaded_bytes"] += n
+            self.transfer["files"].append(rel)
+        self.transfer["seconds"] = round(time.monotonic() - start, 4)
+        self.on_step("upload", f"{len(todo)} file(s), {self.transfer['uploaded_bytes']} bytes in "
+                               f"{self.transfer['seconds']:.2f}s")
+
+    def spec(self, digests: dict[str, str]) -> dict:
+        m, s = self.manifest, self.settings
+        return {"files": digests, "artifact": {"path": m["artifact"]["path"], "sha256": m["artifact"]["sha256"]},
+                "backend": m["backend"], "inputs": m["inputs"],
+                "reference": {"inputs": m["reference"]["inputs"], "outputs": m["reference"]["outputs"]},
+                "runtime": dict(m.get("runtime") or {}), "warmups": s.warmups, "runs": s.runs,
+                "runner": s.runner, "benchmark_bin": s.benchmark_bin,
+                "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True}
+
+    def on_line(self, line: str) -> None:
+        ev = self.partial.feed(line)
+        if not ev:
+            return
+        name = ev["event"]
+        msg = {"start": f"runner started (pid {ev.get('pid')})", "files": "sha256 checked on the device",
+               "runtime": f"{ev.get('name')} {ev.get('version')}: timing "
+                          f"({self.settings.warmups} warmups, {self.settings.runs} runs)",
+               "latency": "evaluation set: accuracy drift", "done": "done"}.get(name)
+        if msg:
+            self.on_step("run", msg)
+
+    def run_remote(self, tr: SSHTransport, digests: dict[str, str]) -> None:
+        s = self.settings
+        argv = [self.device.python, RUNNER_NAME, "bench", self.remote_dir, "--spec", json.dumps(self.spec(digests))]
+        self.on_step("run", f"{RUNNER_NAME} on {self.device.name}")
+        try:
+            r = tr.run(argv, cwd=self.remote_dir, timeout=s.command_timeout_s, on_line=self.on_line,
+                       doing="running the bench")
+        except KeyboardInterrupt:
+            self._kill_remote(tr)
+            raise
+        # Lines the callback missed (none, normally) are in the full stdout.
+        if not self.partial.events:
+            for line in r.stdout.splitlines():
+                self.partial.feed(line)
+        if r.timed_out:
+            self._kill_remote(tr)
+            raise self.error(f"runner timed out after {s.command_timeout_s:g}s during {self._phase()}",
+                             hint="raise --timeout, or lower --runs")
+        self._raise_for_transport(r, f"running the bench (during {self._phase()})")
+        err = self.partial.first("error")
+        if err:
+            kind = err.get("kind")
+            if kind == "digest":
+                raise self.error(f"files on the device do not match their sha256: {', '.join(err.get('files', []))}",
+                                 hint="they changed after the upload; re-run to upload them again")
+            if kind == "runtime-missing":
+                raise self.error(f"runtime missing: {err.get('message')}",
+                                 hint="install it on the device or set python = ... in devices.toml")
+            raise self.error(f"runner failed: {err.get('message')}")
+        if r.exit_code != 0:
+            if r.signal:
+                raise self.error(f"runner crashed ({_signal_name(r.signal)}) during {self._phase()}"
+                                 + (f": {_tail(r.stderr)}" if _tail(r.stderr) else ""))
+            if r.exit_code == 127:
+                raise self.error(f"python '{self.device.python}' not found on the device")
+            raise self.error(f"runner exited {r.exit_code} during {self._phase()}: {_tail(r.stderr) or 'no message'}")
+        if not self.partial.first("done"):
+            raise self.error(f"runner stopped without an error during {self._phase()}")
+
+    def _kill_remote(self, tr: SSHTransport) -> None:
+        """End the runner on the device (it also ends itself at its deadline)."""
+        start = self.partial.first("start")
+        if start and tr.is_connected():
+            try:
+                tr.run(["kill", "-TERM", str(int(start["pid"]))], timeout=10, doing="stopping the runner")
+            except (DeviceError, KeyboardInterrupt):
+                pass
+
+    def _phase(self) -> str:
+        return {"nothing": "start-up", "start": "the file check", "files": "runtime start-up",
+                "fingerprint": "runtime start-up", "runtime": "the timed runs", "latency": "the drift pass",
+                "drift": "shut-down"}.get(self.partial.last, self.partial.last)
+
+    def _raise_for_transport(self, r, doing: str) -> None:
+        if r.connection_lost:
+            raise self.error(f"connection to {self.device.address} lost while {doing}",
+                             hint="the device or its sshd went away; results already measured are kept")
+        if r.timed_out:
+            raise self.error(f"timed out after {self.settings.command_timeout_s:g}s while {doing}")
+
+    # ------------------------------------------------------------ result
+
+    def result(self, status: str = "ok", error: str | None = None) -> dict:
+        m, s, p = self.manifest, self.settings, self.partial
+        lat = p.first("latency") or {}
+        drift_ev = p.first("drift")
+        before = p.fingerprint("before") or {}
+        after = p.fingerprint("after") or {}
+        fp = {k: v for k, v in before.items() if k not in ("temp_c", "load_avg")}
+        fp.update(temp_c_before=before.get("temp_c"), temp_c_after=after.get("temp_c"),
+                  load_avg=before.get("load_avg"), load_avg_after=after.get("load_avg"))
+        for k in ("cpu_model", "kernel", "governor"):
+            fp.setdefault(k, None)
+        runtime = dict(lat.get("runtime") or p.first("runtime") or {})
+        runtime.pop("event", None)
+        runtime.setdefault("name", RUNTIME_FOR_BACKEND.get(m["backend"]) if s.runner == "python" else "paddlelite-benchmark_bin")
+        runtime.setdefault("version", None)
+        if drift_ev and "skipped" not in drift_ev:
+            drift = {k: v for k, v in drift_ev.items() if k != "event"}
+        else:
+            drift = empty_drift(drift_ev.get("skipped") if drift_ev else "not measured")
+        samples = list(lat.get("samples_ms") or [])
+        rt = m.get("runtime") or {}
+        v = m.get("verify") or {}
+        result = {
+            "schema": SCHEMA,
+            "status": status,
+            "created_at": now_iso(),
+            "edgeforge_version": __version__,
+            "artifact": {"sha256": m["artifact"]["sha256"], "name": m.get("name"), "path": m["artifact"]["path"],
+                         "size_bytes": m["artifact"].get("size_bytes"), "float_size_bytes": m.get("float_size_bytes"),
+                         "target": m["target"],
+                         "backend": m["backend"], "precision": m["precision"]},
+            "build": {"dir": str(self.build_dir.resolve()), "created_at": m.get("created_at"),
+                      "host_verify": {k: v.get(k) for k in ("status", "top1_agreement", "accuracy", "float_accuracy",
+                                                            "accuracy_drop", "max_abs_error", "cosine")}},
+            "device": {"name": self.device.name, "host": self.device.host, "port": self.device.port,
+                       "user": self.device.user, "target": self.device.target, "tags": list(self.device.tags),
+                       "remote_dir": self.remote_dir, "fingerprint": fp},
+            "runtime": runtime,
+            "settings": {"warmups": lat.get("warmups", 0), "warmups_requested": s.warmups,
+                         "warmup_stable": lat.get("warmup_stable"), "runs": s.runs, "threads": s.threads,
+                         "power_mode": s.power_mode, "execution_providers": rt.get("execution_providers"),
+                         "runner": s.runner, "batch": lat.get("batch", 1),
+                         "connect_timeout_s": s.connect_timeout_s, "command_timeout_s": s.command_timeout_s},
+            "samples_ms": samples,
+            "warmup_ms": list(lat.get("warmup_ms") or []),
+            "summary": summarize(samples, lat.get("peak_rss_mb")),
+            "drift": drift,
+            "transfer": dict(self.transfer),
+        }
+        if error:
+            result["error"] = error
+        return result
+
+    def save_partial(self, exc: DeviceError) -> DeviceError:
+        """Keep what was measured before a failure; returns the error to raise."""
+        if not (self.partial.first("latency") or self.partial.first("drift")):
+            return exc
+        try:
+            path = write_result(self.results_dir, self.result("incomplete", exc.message))
+        except Exception:  # noqa: BLE001 - never hide the device error behind a write error
+            return exc
+        hint = f"{exc.hint}; " if exc.hint else ""
+        return DeviceError(self.device.name, exc.message.split(": ", 1)[1] if exc.message.startswith("device ") else exc.message,
+                           hint=f"{hint}what was measured is in {path}")
+
+    # ------------------------------------------------------------ all of it
+
+    def run(self) -> BenchOutcome:
+        files = build_files(self.build_dir, self.manifest)
+        digests = self.local_digests(files)
+        self.on_step("connect", f"{self.device.name} ({self.device.address})")
+        with SSHTransport(self.device, connect_timeout=self.settings.connect_timeout_s,
+                          trust_new_host=self.trust_new_host) as tr:
+            for host, fp in tr.recorded_host_keys:
+                self.on_step("connect", f"recorded new host key {fp} for {host} in {tr.known_hosts}")
+            self.on_step("check", f"sha256 of the files under {self.device.workdir}/{self.manifest['artifact']['sha256'][:12]}…")
+            info = self.prepare(tr, digests)
+            self.upload(tr, files, digests, info["digests"])
+            try:
+                self.run_remote(tr, digests)
+            except DeviceError as exc:
+                raise self.save_partial(exc) from None
+        result = self.result()
+        path = write_result(self.results_dir, result)
+        return BenchOutcome(result, path)
+
+
+def bench(build_dir, device: str, *, runs: int | None = None, warmups=None, timeout: float | None = None,
+          connect_timeout: float | None = None, trust_new_host: bool = False, inventory=None,
+          results_dir=None, on_step: Step | None = None) -> BenchOutcome:
+    """Bench BUILD_DIR on DEVICE (a name in the inventory). Returns the result and where it was written.
+
+    Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed)."""
+    from ..api import read_manifest
+
+    manifest = read_manifest(build_dir)
+    dev = load_inventory(inventory).get(device)
+    settings = resolve_settings(manifest, dev, runs=runs, warmups=warmups, timeout=timeout,
+                                connect_timeout=connect_timeout)
+    return Bench(build_dir, dev, settings, trust_new_host=trust_new_host, results_dir=results_dir,
+                 on_step=on_step).run()

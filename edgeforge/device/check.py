@@ -1,0 +1,81 @@
+"""edgeforge devices check: connect, fingerprint the device, list its runtimes, match its target."""
+from __future__ import annotations
+
+import json
+
+from ..errors import DeviceError
+from ..runner import RUNNER_FILE
+from ..targets import load_target
+from .bench import RUNTIME_FOR_BACKEND, arch_matches
+from .inventory import load_inventory
+from .transport import SSHTransport
+
+
+def probe_device(tr: SSHTransport, timeout: float, benchmark_bin: str | None = None) -> dict:
+    """Run the runner's ``probe`` on the device (its source sent inline: nothing is written there)."""
+    dev = tr.device
+    args = ["-c", RUNNER_FILE.read_text(), "probe", "--workdir", dev.workdir]
+    if benchmark_bin:
+        args += ["--benchmark-bin", benchmark_bin]
+    r = tr.python(args, timeout=timeout, doing="probing the device")
+    if r.connection_lost:
+        raise DeviceError(dev.name, f"connection to {dev.address} lost while probing the device")
+    if r.timed_out:
+        raise DeviceError(dev.name, f"probe timed out after {timeout:g}s")
+    if r.exit_code == 127:
+        raise DeviceError(dev.name, f"python '{dev.python}' not found on the device",
+                          hint="set python = ... in devices.toml to a Python 3 with numpy")
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DeviceError(dev.name, f"probe failed with {dev.python} (exit {r.exit_code}): {tail}") from None
+
+
+def check_device(name: str, *, inventory=None, connect_timeout: float | None = None, timeout: float | None = None,
+                 trust_new_host: bool = False) -> dict:
+    """Report on one device. ``matches`` says whether it can run what its target builds."""
+    dev = load_inventory(inventory).get(name)
+    profile = load_target(dev.target)
+    connect_timeout = connect_timeout or profile.bench.connect_timeout_s
+    timeout = timeout or min(profile.bench.command_timeout_s, 120)
+    bb = dev.benchmark_bin or ("benchmark_bin" if profile.bench.runner == "benchmark_bin" else None)
+    with SSHTransport(dev, connect_timeout=connect_timeout, trust_new_host=trust_new_host) as tr:
+        probe = probe_device(tr, timeout, bb)
+        recorded = list(tr.recorded_host_keys)
+        where = tr.where
+    rts = probe.get("runtimes", {})
+    checks = []
+    machine = probe.get("machine")
+    checks.append({"check": "architecture", "required": True, "ok": arch_matches(profile.hardware.arch, machine),
+                   "detail": f"device {machine}, target {profile.hardware.arch}"})
+    checks.append({"check": "numpy", "required": True, "ok": bool(probe.get("numpy")),
+                   "detail": probe.get("numpy") or f"not importable by {probe.get('executable')}"})
+    for backend in profile.backends():
+        required = backend == profile.backend.default
+        if backend == "lite" and bb:
+            info = rts.get("benchmark_bin", {})
+            checks.append({"check": "runtime for lite (benchmark_bin)", "required": required,
+                           "ok": bool(info.get("present")),
+                           "detail": f"{info.get('path')} {info.get('version', '')}".strip() if info.get("present")
+                           else f"{bb}: {info.get('error', 'not found')}"})
+            continue
+        rt_name = RUNTIME_FOR_BACKEND[backend]
+        info = rts.get(rt_name, {})
+        ok = bool(info.get("present"))
+        detail = f"{rt_name} {info.get('version')}" if ok else f"{rt_name}: {info.get('error', 'missing')}"
+        if ok and backend == "onnx":
+            wanted = list(profile.backend.onnx.execution_providers)
+            have = [p for p in wanted if p in info.get("providers", [])]
+            detail += f"; providers {', '.join(have) or 'none'} of {', '.join(wanted)}"
+            ok = bool(have)
+        checks.append({"check": f"runtime for {backend}", "required": required, "ok": ok, "detail": detail})
+    wd = probe.get("workdir") or {}
+    checks.append({"check": "workdir", "required": True, "ok": bool(wd.get("writable")),
+                   "detail": f"{wd.get('path')} ({'exists' if wd.get('exists') else 'will be created'}"
+                             f"{'' if wd.get('writable') else ', not writable'})"})
+    return {"device": dev.name, "address": where, "target": dev.target, "default_backend": profile.backend.default,
+            "python": {"version": probe.get("python"), "executable": probe.get("executable")},
+            "fingerprint": probe.get("fingerprint", {}), "runtimes": rts, "checks": checks,
+            "recorded_host_keys": recorded,
+            "matches": all(c["ok"] for c in checks if c["required"])}

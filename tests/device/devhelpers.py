@@ -1,0 +1,30 @@
+"""Helpers for the device tests (tests/device is on sys.path under pytest's default import mode)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_cli_subprocess(*args, timeout=120, **kw):
+    exe = Path(sys.executable).with_name("edgeforge")
+    env = dict(os.environ, COLUMNS="160")
+    return subprocess.Popen([str(exe), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, **kw)
+
+
+def runner_processes(marker: str) -> list[int]:
+    """pids of on-device runner processes whose command line mentions ``marker``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [c.decode(errors="replace") for c in cmd]
+        if any(t.endswith("edgeforge_runner.py") for t in text) and "bench" in text and any(marker in t for t in text):
+            pids.append(int(entry))
+    return pids

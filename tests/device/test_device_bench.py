@@ -1,0 +1,172 @@
+"""edgeforge bench against a real sshd on loopback: full results, upload by digest, drift."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from edgeforge.results.schema import SCHEMA, read_result
+
+pytestmark = pytest.mark.device
+
+DRIFT_KEYS = ("top1_agreement", "accuracy", "float_accuracy", "accuracy_drop", "max_abs_error",
+              "mean_abs_error", "cosine")
+
+
+def _sha(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _bench(cli, lab, build, *extra, inventory=None):
+    inv = inventory or lab.inventory()
+    return cli("bench", build, "--device", "local", "--inventory", inv, "--results", lab.results,
+               "--runs", "20", "--warmups", "auto", *extra)
+
+
+def test_full_bench_onnx_int8(cli, lab, builds):
+    code, out, err = _bench(cli, lab, builds.onnx)
+    assert code == 0, err
+    [path] = lab.result_files()
+    r = read_result(path)                       # validates edgeforge.bench/1
+    m = builds.onnx_manifest
+    assert r["schema"] == SCHEMA and r["status"] == "ok"
+    assert r["artifact"] == {**r["artifact"], "sha256": m["artifact"]["sha256"], "target": "linux-x86",
+                             "backend": "onnx", "precision": "int8"}
+    fp = r["device"]["fingerprint"]
+    assert r["device"]["name"] == "local"
+    for k in ("cpu_model", "kernel", "governor", "temp_c_before", "temp_c_after", "load_avg", "cores",
+              "mem_total_mb"):
+        assert k in fp
+    assert fp["cpu_model"] and fp["kernel"] and len(fp["load_avg"]) == 3
+    assert r["runtime"]["name"] == "onnxruntime" and r["runtime"]["version"]
+    s = r["settings"]
+    assert s["runs"] == 20 and s["threads"] == 2 and s["warmups"] >= 10 and s["warmups_requested"] == "auto"
+    assert s["execution_providers"] == ["CPUExecutionProvider"]
+    assert len(r["samples_ms"]) == 20 and all(x > 0 for x in r["samples_ms"])
+    sm = r["summary"]
+    assert 0 < sm["p50_ms"] <= sm["p90_ms"] <= sm["p99_ms"]
+    assert sm["mad_ms"] >= 0 and sm["mean_ms"] > 0 and sm["peak_rss_mb"] > 10
+    t = r["transfer"]
+    sizes = sum((builds.onnx / rel).stat().st_size for rel in
+                ("model.onnx", "reference/eval_inputs.npz", "reference/float_outputs.npz"))
+    assert t["uploaded_bytes"] > sizes and t["seconds"] >= 0     # + the runner itself
+    # the table
+    assert "p50" in out and "top-1 agreement" in out and str(path.name)[:20] in out.replace("\n", "")
+
+
+def test_on_device_drift_equals_host_verify(cli, lab, builds):
+    """The ONNX artifact's drift measured over SSH equals the host verify figures within 1e-6."""
+    code, _, err = _bench(cli, lab, builds.onnx, "--runs", "3")
+    assert code == 0, err
+    r = read_result(lab.result_files()[0])
+    v = builds.onnx_manifest["verify"]
+    for k in DRIFT_KEYS:
+        assert r["drift"][k] == pytest.approx(v[k], abs=1e-6), k
+    assert r["drift"]["samples"] == builds.onnx_manifest["reference"]["samples"]
+
+
+def test_rebench_uploads_nothing_and_keeps_both_results(cli, lab, builds):
+    inv = lab.inventory()
+    assert _bench(cli, lab, builds.onnx, "--runs", "3", inventory=inv)[0] == 0
+    first = lab.result_files()
+    before = first[0].read_bytes()
+    code, out, err = _bench(cli, lab, builds.onnx, "--runs", "3", inventory=inv)
+    assert code == 0, err
+    files = lab.result_files()
+    assert len(files) == 2 and first[0].read_bytes() == before        # never overwritten
+    second = read_result(next(f for f in files if f != first[0]))
+    assert second["transfer"]["uploaded_bytes"] == 0 and second["transfer"]["files"] == []
+    assert "already held every file" in out
+
+
+def test_tampered_files_on_device_are_detected_and_uploaded_again(cli, lab, builds):
+    inv = lab.inventory()
+    assert _bench(cli, lab, builds.onnx, "--runs", "3", inventory=inv)[0] == 0
+    remote = lab.workdir / builds.onnx_manifest["artifact"]["sha256"]
+    model = remote / "model.onnx"
+    model.write_bytes(model.read_bytes()[:-10] + b"tampered!!")          # same size, other bytes
+    ref = remote / "reference" / "float_outputs.npz"
+    ref.write_bytes(ref.read_bytes()[:100])                              # truncated
+    code, _, err = _bench(cli, lab, builds.onnx, "--runs", "3", inventory=inv)
+    assert code == 0, err
+    r = read_result(max(lab.result_files(), key=lambda p: p.stat().st_mtime_ns))
+    assert sorted(r["transfer"]["files"]) == ["model.onnx", "reference/float_outputs.npz"]
+    assert r["transfer"]["uploaded_bytes"] == (builds.onnx / "model.onnx").stat().st_size + \
+        (builds.onnx / "reference/float_outputs.npz").stat().st_size
+    assert _sha(model) == builds.onnx_manifest["artifact"]["sha256"]
+    assert _sha(ref) == _sha(builds.onnx / "reference" / "float_outputs.npz")
+    assert not list(remote.rglob(".*.part-*"))                          # no temporary files left
+
+
+def test_lite_fp32_bench(cli, lab, builds):
+    code, out, err = _bench(cli, lab, builds.lite, "--warmups", "3")
+    assert code == 0, err
+    r = read_result(lab.result_files()[0])
+    assert r["runtime"]["name"] == "paddlelite" and r["artifact"]["backend"] == "lite"
+    assert r["settings"]["warmups"] == 3 and r["settings"]["warmup_stable"] is None
+    assert len(r["samples_ms"]) == 20
+    v = builds.lite_manifest["verify"]
+    assert r["drift"]["top1_agreement"] == 1.0
+    assert r["drift"]["accuracy"] == pytest.approx(v["accuracy"], abs=1e-6)
+    assert r["drift"]["max_abs_error"] < 1e-4
+
+
+def test_bench_with_benchmark_bin(cli, lab, builds):
+    """A device entry naming benchmark_bin times with it (one warm run per process). The binary
+    here is a stand-in that prints benchmark_bin's Perf Info block; the flags it gets are checked."""
+    log = lab.root / "bb-args.txt"
+    stub = lab.script("benchmark_bin", f"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "benchmark_bin version: v2.13-stub"; exit 0; fi
+echo "$@" >> {log}
+cat <<EOF
+======= Runtime Info =======
+benchmark_bin version: v2.13-stub
+======= Perf Info =======
+Time(unit: ms):
+init  = 12.000
+first = 3.000
+min   = 1.250
+max   = 1.250
+avg   = 1.250
+EOF
+""")
+    inv = lab.inventory(benchmark_bin=str(stub))
+    code, out, err = _bench(cli, lab, builds.lite, "--runs", "4", inventory=inv)
+    assert code == 0, err
+    r = read_result(lab.result_files()[0])
+    assert r["settings"]["runner"] == "benchmark_bin"
+    assert r["runtime"] == {**r["runtime"], "name": "paddlelite-benchmark_bin", "version": "v2.13-stub"}
+    assert r["samples_ms"] == [1.25] * 4
+    calls = log.read_text().splitlines()
+    assert len(calls) == 4
+    assert "--repeats=1" in calls[0] and "--input_shape=1,1,32,32" in calls[0] and "model.nb" in calls[0]
+    assert r["drift"]["top1_agreement"] == 1.0            # drift still measured with the Python API
+
+
+def test_bench_json_output(cli, lab, builds):
+    code, out, err = _bench(cli, lab, builds.onnx, "--runs", "2", "--warmups", "0", "--json", "-q")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["schema"] == SCHEMA and r["settings"]["warmups"] == 0 and len(r["samples_ms"]) == 2
+
+
+def test_run_builds_then_benches(cli, lab, builds, tmp_path):
+    code, out, err = cli("run", builds.project, "--target", "linux-x86", "--device", "local",
+                         "--inventory", lab.inventory(), "--results", lab.results, "--out", tmp_path / "b",
+                         "--runs", "3", "--warmups", "1", "-q")
+    assert code == 0, err
+    r = read_result(lab.result_files()[0])
+    assert r["artifact"]["sha256"] == builds.onnx_manifest["artifact"]["sha256"]   # same inputs, same artifact
+    assert (tmp_path / "b" / "manifest.json").is_file()
+
+
+def test_run_refuses_a_device_of_another_target(cli, lab, builds):
+    inv = lab.inventory(target="rpi4")
+    code, _, err = cli("run", builds.project, "--target", "linux-x86", "--device", "local", "--inventory", inv)
+    assert code == 2 and "rpi4" in err
+
+
+def test_bench_refuses_a_build_for_another_target(cli, lab, builds):
+    code, _, err = _bench(cli, lab, builds.onnx, inventory=lab.inventory(target="rpi4"))
+    assert code == 2 and "rpi4" in err and "linux-x86" in err

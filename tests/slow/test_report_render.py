@@ -1,0 +1,60 @@
+"""report.html renders offline in a real browser (headless Chromium) with its plots drawn.
+
+Needs /usr/bin/chromium (Debian: `apt-get install -y chromium`); skipped where it is absent.
+Set EDGEFORGE_REPORT_SCREENSHOT=PATH to keep the screenshot (docs/report-screenshot.png is made so).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgeforge.report.demo import write_demo
+from edgeforge.report.plots import PRECISION_COLORS
+from edgeforge.report.report import write_report
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+def _near(pixels, hex_color: str, tol: int = 12) -> int:
+    """How many pixels lie within ``tol`` of ``hex_color`` in every channel."""
+    import numpy as np
+
+    target = np.array([int(hex_color[i:i + 2], 16) for i in (1, 3, 5)])
+    return int((np.abs(pixels - target) <= tol).all(axis=-1).sum())
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_report_html_renders_offline_with_plots(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    files = write_demo(tmp_path / "results")
+    html = write_report(files, tmp_path / "out")["html"]
+    png = tmp_path / "report.png"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--host-resolver-rules=MAP * ~NOTFOUND",          # nothing can be fetched: the page must not need to
+           f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1280,2000",
+           html.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert png.is_file() and png.stat().st_size > 20_000, proc.stderr[-2000:]
+
+    img = Image.open(png).convert("RGB")
+    assert img.size == (1280, 2000)
+    pixels = np.asarray(img, dtype=int).reshape(-1, 3)
+    assert len(np.unique(pixels, axis=0)) > 300             # anti-aliased text and plots, not a blank page
+    assert (pixels.sum(axis=1) < 740).mean() > 0.04         # a good part of the page is ink
+    # the precision colours appear only where matplotlib drew boxes, markers and bars
+    for precision in ("fp32", "int8"):
+        hits = _near(pixels, PRECISION_COLORS[precision])
+        assert hits > 2000, (precision, hits)
+
+    keep = os.environ.get("EDGEFORGE_REPORT_SCREENSHOT")
+    if keep:
+        shutil.copyfile(png, keep)
