@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import logging
 import math
 import os
 import secrets
@@ -26,6 +27,10 @@ from ..errors import DeviceError
 from .inventory import Device
 
 KEEPALIVE_S = 5
+
+# paramiko logs transport errors (e.g. "Error reading SSH protocol banner") that we report
+# ourselves, in one line; without a handler, logging's last resort would print them to stderr.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 def quote_command(argv: Sequence[str], cwd: str | None = None) -> str:
@@ -173,9 +178,13 @@ class SSHTransport:
             return self.map_exception(inner, doing)
         if isinstance(exc, paramiko.SSHException):
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "banner" in text.lower() and doing == "connecting":
-                return self.error(f"cannot reach {self.where}: no SSH banner within {self.connect_timeout:g}s ({text})",
-                                  hint="is sshd (and not something else) listening on that port?")
+            if doing == "connecting":
+                low = text.lower()
+                if "banner" in low or "no existing session" in low:
+                    return self.error(f"cannot reach {self.where}: no SSH handshake within "
+                                      f"{self.connect_timeout:g}s ({text})",
+                                      hint="is sshd (and not something else) listening on that port?")
+                return self.error(f"cannot reach {self.where}: SSH handshake failed ({text})")
             if not self.is_connected():
                 return self.error(f"connection to {self.where} lost while {doing} ({text})")
             return self.error(f"SSH failed while {doing}: {text}")

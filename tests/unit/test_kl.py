@@ -131,6 +131,18 @@ def test_refine_step_alone_matches_reference(monkeypatch):
         assert same(K.cal_kl_threshold_fast(hist, 0.25, 8), REFERENCE(hist, 0.25, 8))
 
 
+def test_more_levels_than_bins():
+    """bits so large that 2**(bits-1)-1 exceeds the bin count: one merged block. The fast
+    path must neither differ nor allocate per level (bits=32 would be 2**31 levels)."""
+    rng = np.random.default_rng(4)
+    for n in (40, 200):
+        hist = rng.integers(0, 50, n)
+        hist[rng.random(n) < 0.3] = 0
+        want = REFERENCE(hist, 0.1, 12)                      # 2047 levels > n
+        assert same(K.cal_kl_threshold_fast(hist, 0.1, 12), want)
+        assert same(K.cal_kl_threshold_fast(hist, 0.1, 32), want)
+
+
 def _reference_kl_values(hist, bits=8):
     """KL for every threshold i, with Paddle's own helpers, in the reference's loop."""
     n = hist.shape[0]
@@ -229,6 +241,10 @@ def test_abs_histogram_degenerate_edges():
     x = np.full(1000, 3.0, np.float32)
     _, edges = np.histogram([], bins=2048, range=(3.0, 3.0))       # numpy widens to +-0.5
     assert np.array_equal(K.abs_histogram(x, edges), np.histogram(x, bins=edges)[0])
+    # both signs, some |x| below the first edge, none above the last: the in-loop guard
+    z = np.random.default_rng(1).uniform(-10, 10, 3_000_000).astype(np.float32)
+    _, edges = np.histogram([], bins=2048, range=(2.0, float(np.abs(z).max())))
+    assert np.array_equal(K.abs_histogram(z, edges), np.histogram(np.abs(z), bins=edges)[0])
     uneven = np.r_[0.0, np.cumsum(np.linspace(1, 2, 64))]
     y = np.random.default_rng(0).random(10_000).astype(np.float32) * 90
     assert np.array_equal(K.abs_histogram(y, uneven), np.histogram(y, bins=uneven)[0])

@@ -147,3 +147,18 @@ def test_runner_imports_nothing_from_edgeforge():
             continue
         for n in names:
             assert n.split(".")[0] in allowed, n
+
+
+def test_write_result_turns_nan_into_null(tmp_path):
+    r = _result(drift={**schema.empty_drift(), "cosine": float("nan")})
+    path = schema.write_result(tmp_path, r)
+    assert json.loads(path.read_text())["drift"]["cosine"] is None
+
+
+def test_mad_matches_scipy():
+    from scipy.stats import median_abs_deviation
+
+    from edgeforge.results.stats import mad
+
+    x = np.random.default_rng(0).lognormal(0, 0.3, 501)
+    assert mad(x) == pytest.approx(median_abs_deviation(x, scale=1.0), rel=1e-12)
