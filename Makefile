@@ -27,16 +27,18 @@ train: examples/digits/digits.pdparams
 
 DEMO_DEVICE := .demo/device
 
-# Build for an ARM board, a Jetson and this host; start a local sshd "device"; bench the two
-# host-runnable builds on it over SSH; write a report of the results.
+# Build for an ARM board, a Jetson and this host; start a local sshd "device"; bench the
+# host-runnable builds on it over SSH (Lite fp32, ONNX fp32, ONNX INT8); write a report.
 demo: venv train
 	$(EF) build examples/digits --target rpi4
 	$(EF) build examples/digits --target jetson-orin
 	$(EF) build examples/digits --target linux-x86
+	$(EF) build examples/digits --target linux-x86 --precision fp32
 	$(EF) build examples/digits --target linux-x86 --backend lite
 	$(BIN)/python -m edgeforge.device.localsshd start --dir $(DEMO_DEVICE)
 	@status=0; \
 	  EDGEFORGE_DEVICES=$(DEMO_DEVICE)/devices.toml $(EF) bench build/digits-linux-x86-lite --device local || status=$$?; \
+	  [ $$status -ne 0 ] || EDGEFORGE_DEVICES=$(DEMO_DEVICE)/devices.toml $(EF) bench build/digits-linux-x86-fp32 --device local || status=$$?; \
 	  [ $$status -ne 0 ] || EDGEFORGE_DEVICES=$(DEMO_DEVICE)/devices.toml $(EF) bench build/digits-linux-x86 --device local || status=$$?; \
 	  $(BIN)/python -m edgeforge.device.localsshd stop --dir $(DEMO_DEVICE); \
 	  [ $$status -ne 0 ] || $(EF) report results --out results/report || status=$$?; \
