@@ -1,4 +1,5 @@
-"""Shared pieces for the benchmark scripts: real-image crops, a MobileNetV2 project, timing."""
+"""Shared pieces for the benchmark scripts and the zoo conformance suite: real-image crops,
+paddle.vision model projects, timing."""
 from __future__ import annotations
 
 import os
@@ -33,11 +34,77 @@ def sample_crops(n: int, seed: int, size: int = 224) -> np.ndarray:
     return out
 
 
-def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64, size: int = 224,
-                   seed: int = 0) -> Path:
-    """A model project for a paddle.vision architecture with random (seeded) weights."""
+# vision_project(init=...): how the random weights are drawn.
+INITS = ("paddle", "calibrated")
+BN_CALIBRATION_CROPS = 16     # real crops that set the BatchNorm statistics (init="calibrated")
+BN_CALIBRATION_SEED = 3       # crop seed; calibration data uses 1, evaluation data 2
+
+
+def _batch_norm_layers(layer) -> list:
     import paddle
 
+    kinds = (paddle.nn.layer.norm._BatchNormBase, paddle.nn.BatchNorm)  # BatchNorm: densenet's
+    return [m for m in layer.sublayers() if isinstance(m, kinds)]
+
+
+def calibrated_init(layer, size: int, seed: int = 0) -> int:
+    """Re-draw ``layer``'s weights so that its activations neither vanish nor blow up, as a
+    trained network's do. Returns the number of BatchNorm layers it calibrated.
+
+    With the architectures' own random init (``init="paddle"``) some nets give outputs that
+    say nothing: mobilenet_v1 returns logits of about 4e-16, mobilenet_v2/v3 and the
+    shufflenets 1e-4 to 1e-7 (BatchNorm with default statistics, mean 0 and variance 1, does
+    not rescale the shrinking activations), and alexnet's uniform init makes its logits
+    almost input-independent (they are its biases: the batch standard deviation is 2 % of
+    the mean magnitude). A relative error or a cosine measured on such outputs means little.
+
+    The scheme: every Conv2D and Linear weight is He-normal (std sqrt(2 / fan_in), fan_in =
+    in_channels / groups x kernel area), every conv/linear bias zero; then each BatchNorm's
+    running mean and variance are set to the batch statistics of ``BN_CALIBRATION_CROPS``
+    real-image crops (seed ``BN_CALIBRATION_SEED``, disjoint from the calibration and
+    evaluation crops) in one forward pass (BatchNorm layers in training mode with momentum 0,
+    everything else in eval mode, so dropout stays off). Every layer then sees normalised
+    activations; the logits of all 17 zoo architectures are O(1) and move with the input.
+    """
+    import math
+
+    import paddle
+
+    rng = np.random.default_rng(seed)
+    for m in layer.sublayers(include_self=True):
+        if isinstance(m, (paddle.nn.Conv2D, paddle.nn.Linear)):
+            shape = list(m.weight.shape)
+            # Conv2D weight [out, in/groups, kh, kw]; Linear weight [in, out]
+            fan_in = shape[0] if isinstance(m, paddle.nn.Linear) else int(np.prod(shape[1:]))
+            m.weight.set_value(rng.normal(0.0, math.sqrt(2.0 / fan_in), shape).astype("float32"))
+            if m.bias is not None:
+                m.bias.set_value(np.zeros(m.bias.shape, dtype="float32"))
+    bns = _batch_norm_layers(layer)
+    layer.eval()
+    saved = [bn._momentum for bn in bns]
+    for bn in bns:
+        bn._momentum = 0.0          # running stat := this batch's statistic
+        bn.train()
+    with paddle.no_grad():
+        layer(paddle.to_tensor(sample_crops(BN_CALIBRATION_CROPS, seed=BN_CALIBRATION_SEED, size=size)))
+    for bn, mom in zip(bns, saved):
+        bn._momentum = mom
+    layer.eval()
+    return len(bns)
+
+
+def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64, size: int = 224,
+                   seed: int = 0, init: str = "paddle") -> Path:
+    """A model project for a paddle.vision architecture with random (seeded) weights.
+
+    ``init="paddle"``: the architecture's own random init (``paddle.seed(seed)``).
+    ``init="calibrated"``: He-normal weights and BatchNorm statistics measured on real crops
+    (see ``calibrated_init``), for numeric checks that need outputs of a sane scale.
+    """
+    import paddle
+
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, not {init!r}")
     root.mkdir(parents=True, exist_ok=True)
     (root / "data").mkdir(exist_ok=True)
     (root / "model.py").write_text(textwrap.dedent(f"""
@@ -64,6 +131,8 @@ def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64,
     from paddle.vision import models
 
     layer = getattr(models, arch)(pretrained=False)
+    if init == "calibrated":
+        calibrated_init(layer, size, seed=seed)
     paddle.save(layer.state_dict(), str(root / "weights.pdparams"))
     np.savez(root / "data/calib.npz", x=sample_crops(calib, seed=1, size=size))
     np.savez(root / "data/eval.npz", x=sample_crops(evaluation, seed=2, size=size))

@@ -8,6 +8,11 @@
    times the artifact and measures drift on the evaluation set;
 5. write one ``edgeforge.bench/1`` JSON under ``results/`` (atomic, never overwriting).
 
+Steps 2-4 run under the device's lease (:mod:`.lease`): one bench per device at a time, across
+processes and machines. A connect that fails in a way that may pass (refused, reset, timed out)
+is tried again with exponential backoff (``retries`` more times). :func:`bench` also keeps the
+device's health (:mod:`.health`): an unhealthy device is refused until ``devices check`` passes.
+
 A failure raises DeviceError (exit 4) with one line naming the device and the cause; whatever was
 measured before the failure is saved as a result with status "incomplete".
 """
@@ -28,12 +33,15 @@ from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ..results.stats import summarize
 from ..runner import RUNNER_FILE
 from .inventory import Device, load_inventory
+from .lease import Lease, iso, lease_ttl
 from .transport import SSHTransport
 
 RUNNER_NAME = "edgeforge_runner.py"
 EVENT_PREFIX = "@@edgeforge "
 PREPARE_PREFIX = "@@edgeforge-prepare "
 DEADLINE_GRACE_S = 5.0
+RETRIES = 2                 # connect attempts after the first, for transient failures
+BACKOFF_S = 0.5             # first wait; doubles each retry
 
 # Runs on the device before anything is uploaded: standard library only.
 REMOTE_PREPARE = r'''
@@ -139,7 +147,9 @@ def parse_warmups(value) -> str | int:
 
 
 def resolve_settings(manifest: dict, device: Device, *, runs=None, warmups=None, timeout=None,
-                     connect_timeout=None) -> BenchSettings:
+                     connect_timeout=None, threads=None, power_mode=None) -> BenchSettings:
+    """Bench settings: the flags given, else the build's target profile. ``threads`` and
+    ``power_mode`` override the build's runtime settings for this run (a sweep point)."""
     bench = dict((manifest.get("target_profile") or {}).get("bench") or {})
     rt = manifest.get("runtime") or {}
     runner = bench.get("runner", "python")
@@ -150,12 +160,15 @@ def resolve_settings(manifest: dict, device: Device, *, runs=None, warmups=None,
     settings = BenchSettings(
         warmups=parse_warmups(warmups if warmups is not None else bench.get("warmups", "auto")),
         runs=int(runs if runs is not None else bench.get("runs", 100)),
-        threads=rt.get("threads"), power_mode=rt.get("power_mode"),
+        threads=int(threads) if threads is not None else rt.get("threads"),
+        power_mode=power_mode if power_mode is not None else rt.get("power_mode"),
         connect_timeout_s=float(connect_timeout if connect_timeout is not None else bench.get("connect_timeout_s", 10)),
         command_timeout_s=float(timeout if timeout is not None else bench.get("command_timeout_s", 600)),
         runner=runner, benchmark_bin=device.benchmark_bin or ("benchmark_bin" if runner == "benchmark_bin" else None))
     if settings.runs <= 0:
         raise ConfigError("--runs must be > 0")
+    if settings.threads is not None and settings.threads <= 0:
+        raise ConfigError("--threads must be > 0")
     if settings.command_timeout_s <= 0 or settings.connect_timeout_s <= 0:
         raise ConfigError("timeouts must be > 0")
     return settings
@@ -199,9 +212,17 @@ class Bench:
     """One bench of one build on one device."""
 
     def __init__(self, build_dir, device: Device, settings: BenchSettings, *, trust_new_host=False,
-                 results_dir=None, on_step: Step | None = None):
+                 results_dir=None, on_step: Step | None = None, wait_s: float = 0.0, retries: int = RETRIES,
+                 backoff_s: float = BACKOFF_S, tags: dict | None = None):
         from ..api import read_manifest
 
+        self.wait_s = float(wait_s or 0.0)
+        self.retries = max(0, int(retries))
+        self.backoff_s = float(backoff_s)
+        self.tags = dict(tags or {})      # top-level keys added to the result (e.g. fleet, sweep)
+        self.lease: Lease | None = None
+        self.attempts = 0
+        self.timing = {"started_at": None, "finished_at": None, "run_started_at": None, "run_finished_at": None}
         self.build_dir = Path(build_dir)
         self.manifest = read_manifest(self.build_dir)
         self.device = device
@@ -271,6 +292,8 @@ class Bench:
         for rel in todo:
             why = "changed on the device" if remote.get(rel) else "new"
             self.on_step("upload", f"{rel} ({why}, {files[rel].stat().st_size} bytes)")
+            if self.lease is not None:
+                self.lease.renew()
             n = tr.upload(files[rel], posixpath.join(self.remote_dir, rel), timeout=self.settings.command_timeout_s)
             self.transfer["uploaded_bytes"] += n
             self.transfer["files"].append(rel)
@@ -283,9 +306,12 @@ class Bench:
         return {"files": digests, "artifact": {"path": m["artifact"]["path"], "sha256": m["artifact"]["sha256"]},
                 "backend": m["backend"], "inputs": m["inputs"],
                 "reference": {"inputs": m["reference"]["inputs"], "outputs": m["reference"]["outputs"]},
-                "runtime": dict(m.get("runtime") or {}), "warmups": s.warmups, "runs": s.runs,
+                "runtime": {**dict(m.get("runtime") or {}), "threads": s.threads, "power_mode": s.power_mode},
+                "warmups": s.warmups, "runs": s.runs,
                 "runner": s.runner, "benchmark_bin": s.benchmark_bin,
-                "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True}
+                "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True,
+                "lease": ({"dir": posixpath.join(posixpath.dirname(self.remote_dir), ".lease"), "token": self.lease.token}
+                          if self.lease is not None and self.remote_dir else None)}
 
     def on_line(self, line: str) -> None:
         ev = self.partial.feed(line)
@@ -409,10 +435,23 @@ class Bench:
             "summary": summarize(samples, lat.get("peak_rss_mb")),
             "drift": drift,
             "transfer": dict(self.transfer),
+            "timing": self._timing(),
+            "lease": self.lease.record() if self.lease is not None else None,
+            "connect": {"attempts": self.attempts, "retries_allowed": self.retries},
         }
+        for key, value in self.tags.items():
+            result.setdefault(key, value)
         if error:
             result["error"] = error
         return result
+
+    def _timing(self) -> dict:
+        """Wall times (UTC, microseconds): the bench on the host, the runner on the device."""
+        t = dict(self.timing)
+        start, done = self.partial.first("start") or {}, self.partial.first("done") or {}
+        t["run_started_at"] = iso(start.get("time")) if isinstance(start.get("time"), (int, float)) else None
+        t["run_finished_at"] = iso(done.get("time")) if isinstance(done.get("time"), (int, float)) else None
+        return t
 
     def save_partial(self, exc: DeviceError) -> DeviceError:
         """Keep what was measured before a failure; returns the error to raise."""
@@ -428,37 +467,117 @@ class Bench:
 
     # ------------------------------------------------------------ all of it
 
+    def connect(self) -> SSHTransport:
+        """Open the SSH connection; a transient failure is tried again with exponential backoff."""
+        for attempt in range(1, self.retries + 2):
+            self.attempts = attempt
+            tr = SSHTransport(self.device, connect_timeout=self.settings.connect_timeout_s,
+                              trust_new_host=self.trust_new_host)
+            try:
+                return tr.open()
+            except DeviceError as exc:
+                if not getattr(exc, "transient", False) or attempt > self.retries:
+                    if attempt > 1:
+                        raise DeviceError(self.device.name, f"{_strip_device(exc)} (after {attempt} tries)",
+                                          hint=exc.hint) from None
+                    raise
+                delay = self.backoff_s * 2 ** (attempt - 1)
+                self.on_step("connect", f"{_strip_device(exc)}; try {attempt + 1} of {self.retries + 1} in {delay:.1f}s")
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
     def run(self) -> BenchOutcome:
         files = build_files(self.build_dir, self.manifest)
         digests = self.local_digests(files)
+        self.timing["started_at"] = iso(time.time())
         self.on_step("connect", f"{self.device.name} ({self.device.address})")
-        with SSHTransport(self.device, connect_timeout=self.settings.connect_timeout_s,
-                          trust_new_host=self.trust_new_host) as tr:
+        tr = self.connect()
+        try:
             for host, fp in tr.recorded_host_keys:
                 self.on_step("connect", f"recorded new host key {fp} for {host} in {tr.known_hosts}")
-            self.on_step("check", f"sha256 of the files under {self.device.workdir}/{self.manifest['artifact']['sha256'][:12]}…")
-            info = self.prepare(tr, digests)
-            self.upload(tr, files, digests, info["digests"])
+            what = f"edgeforge bench {self.manifest.get('name') or 'model'}@{self.manifest['artifact']['sha256'][:12]}"
+            self.lease = Lease(tr, lease_ttl(self.settings.command_timeout_s), wait_s=self.wait_s, what=what,
+                               on_step=self.on_step)
+            self.on_step("lease", f"{self.device.workdir}/.lease")
+            self.lease.acquire()
             try:
-                self.run_remote(tr, digests)
-            except DeviceError as exc:
-                raise self.save_partial(exc) from None
+                self.on_step("check", f"sha256 of the files under {self.device.workdir}/{self.manifest['artifact']['sha256'][:12]}…")
+                info = self.prepare(tr, digests)
+                self.upload(tr, files, digests, info["digests"])
+                self.lease.renew()
+                try:
+                    self.run_remote(tr, digests)
+                except DeviceError as exc:
+                    self.lease.release()
+                    self.timing["finished_at"] = iso(time.time())
+                    raise self.save_partial(exc) from None
+            finally:
+                self.lease.release()
+        finally:
+            tr.close()
+        self.timing["finished_at"] = iso(time.time())
         result = self.result()
         path = write_result(self.results_dir, result)
         return BenchOutcome(result, path)
 
 
+def _strip_device(exc: DeviceError) -> str:
+    prefix = f"device {exc.device}: "
+    return exc.message[len(prefix):] if exc.message.startswith(prefix) else exc.message
+
+
 def bench(build_dir, device: str, *, runs: int | None = None, warmups=None, timeout: float | None = None,
           connect_timeout: float | None = None, trust_new_host: bool = False, inventory=None,
-          results_dir=None, on_step: Step | None = None) -> BenchOutcome:
+          results_dir=None, on_step: Step | None = None, threads: int | None = None,
+          power_mode: str | None = None, wait: float = 0.0, retries: int = RETRIES,
+          tags: dict | None = None, health: bool = True) -> BenchOutcome:
     """Bench BUILD_DIR on DEVICE (a name in the inventory). Returns the result and where it was written.
 
-    Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed)."""
+    ``threads``/``power_mode`` override the build's runtime settings for this run; ``wait``: seconds
+    to wait for the device's lease; ``retries``: connect attempts after the first. ``health``:
+    refuse a device marked unhealthy and count this bench in its health (see :mod:`.health`).
+
+    Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed, is busy,
+    or is marked unhealthy)."""
     from ..api import read_manifest
 
     manifest = read_manifest(build_dir)
-    dev = load_inventory(inventory).get(device)
+    inv = load_inventory(inventory)
+    dev = inv.get(device)
     settings = resolve_settings(manifest, dev, runs=runs, warmups=warmups, timeout=timeout,
-                                connect_timeout=connect_timeout)
-    return Bench(build_dir, dev, settings, trust_new_host=trust_new_host, results_dir=results_dir,
-                 on_step=on_step).run()
+                                connect_timeout=connect_timeout, threads=threads, power_mode=power_mode)
+    b = Bench(build_dir, dev, settings, trust_new_host=trust_new_host, results_dir=results_dir,
+              on_step=on_step, wait_s=wait, retries=retries, tags=tags)
+    return guarded(inv.path, dev.name, b.run, enabled=health)
+
+
+def guarded(inventory_path, name: str, fn, *, enabled: bool = True, store=None):
+    """Run ``fn()`` (a device's benches) under the device's health record: refuse an unhealthy
+    device, count a DeviceError (not DeviceBusy) as a failure and a return as a success."""
+    from .health import HealthStore, skip_note
+    from .lease import DeviceBusy
+
+    if not enabled:
+        return fn()
+    store = store or HealthStore(inventory_path)
+    entry = store.unhealthy(name)
+    if entry:
+        raise DeviceUnhealthy(name, f"skipped: {skip_note(name, entry)}")
+    try:
+        out = fn()
+    except DeviceBusy:
+        raise
+    except DeviceError as exc:
+        entry = store.record_failure(name, _strip_device(exc))
+        if entry and entry.get("unhealthy") and entry.get("consecutive_failures") == store.threshold:
+            raise DeviceError(name, f"{_strip_device(exc)}; now marked unhealthy after "
+                                    f"{store.threshold} consecutive failed benches",
+                              hint=(f"{exc.hint}; " if exc.hint else "")
+                                   + f"`edgeforge devices check {name}` clears the mark") from None
+        raise
+    store.record_success(name)
+    return out
+
+
+class DeviceUnhealthy(DeviceError):
+    """The device is marked unhealthy (exit 4); ``edgeforge devices check NAME`` clears it."""

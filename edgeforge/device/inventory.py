@@ -139,3 +139,26 @@ def render_device_toml(dev: Device) -> str:
             continue
         lines.append(f"{key} = {json.dumps(value)}")
     return "\n".join(lines) + "\n"
+
+
+def select_devices(inv: Inventory, selector: str) -> list[Device]:
+    """Devices named by ``selector``: ``all``, or a comma-separated list of tags and device names
+    (their union, in inventory order). An item that is neither a tag nor a name is an error."""
+    items = [s.strip() for s in str(selector).split(",") if s.strip()]
+    if not items:
+        raise ConfigError("--devices needs a tag, a device name or 'all'")
+    if "all" in items:
+        if not inv.devices:
+            raise ConfigError(f"no devices in {inv.path}")
+        return [inv.devices[n] for n in inv.names()]
+    tags = sorted({t for d in inv.devices.values() for t in d.tags})
+    chosen: set[str] = set()
+    for item in items:
+        hit = {n for n, d in inv.devices.items() if n == item or item in d.tags}
+        if not hit:
+            raise ConfigError(f"no device named or tagged '{item}' in {inv.path}"
+                              f"{did_you_mean(item, list(inv.devices) + tags)}",
+                              hint=f"devices: {', '.join(inv.names()) or 'none'}; tags: {', '.join(tags) or 'none'}; "
+                                   "or 'all'")
+        chosen |= hit
+    return [inv.devices[n] for n in inv.names() if n in chosen]

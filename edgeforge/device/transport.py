@@ -74,6 +74,29 @@ def _make_policy(trust_new_host: bool, known_hosts: Path, recorded: list):
     return _Policy()
 
 
+def is_transient_connect_error(exc: BaseException) -> bool:
+    """Whether a failure to connect may go away on its own: refused, reset, timed out, no SSH
+    banner yet (sshd starting or overloaded). Authentication, host keys and name resolution
+    are not transient: trying again cannot fix them."""
+    import paramiko
+    from invoke.exceptions import ThreadException
+
+    if isinstance(exc, ThreadException) and exc.exceptions:
+        return is_transient_connect_error(exc.exceptions[0].value)
+    if isinstance(exc, (UnknownHostKey, paramiko.BadHostKeyException, paramiko.AuthenticationException,
+                        socket.gaierror)):
+        return False
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return True          # every address refused or was unreachable
+    if isinstance(exc, (socket.timeout, TimeoutError, ConnectionRefusedError, ConnectionResetError,
+                        ConnectionAbortedError, BrokenPipeError, EOFError)):
+        return True
+    if isinstance(exc, paramiko.SSHException):
+        low = str(exc).lower()
+        return "banner" in low or "no existing session" in low or "reset" in low or "eof" in low
+    return False
+
+
 @dataclass
 class RemoteResult:
     exit_code: int            # -1: no exit status came back (connection lost, or timed out)
@@ -233,7 +256,9 @@ class SSHTransport:
             self.close()
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            raise self.map_exception(exc, "connecting") from None
+            err = self.map_exception(exc, "connecting")
+            err.transient = is_transient_connect_error(exc)
+            raise err from None
         return self
 
     def close(self) -> None:

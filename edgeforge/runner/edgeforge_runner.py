@@ -30,7 +30,7 @@ try:
 except ImportError:  # probe still reports the device; bench says numpy is missing
     np = None
 
-RUNNER_VERSION = 2
+RUNNER_VERSION = 3
 EVENT_PREFIX = "@@edgeforge "
 EXIT_OK, EXIT_USAGE, EXIT_DIGEST, EXIT_RUNTIME_MISSING, EXIT_RUNTIME_FAILED = 0, 2, 3, 4, 5
 
@@ -521,10 +521,15 @@ def _jsonable(x):
 def bench(build_dir, spec):
     """Measure the artifact in ``build_dir`` as ``spec`` says. Events, in order:
 
-    start (pid), files (sha256 checked), fingerprint (before), runtime, latency (raw samples,
-    peak RSS), fingerprint (after the timed runs), drift (evaluation set vs float), done.
+    start (pid, wall time), files (sha256 checked), fingerprint (before), runtime, latency (raw
+    samples, peak RSS), fingerprint (after the timed runs), drift (evaluation set vs float), done
+    (wall time).
+
+    ``spec["lease"]`` (optional, ``{"dir", "token"}``): the host's lease on this device; the runner
+    writes its pid there so that nobody breaks the lease while it still runs.
     """
-    emit("start", pid=os.getpid(), runner_version=RUNNER_VERSION)
+    emit("start", pid=os.getpid(), runner_version=RUNNER_VERSION, time=time.time())
+    _note_in_lease(spec.get("lease"))
     deadline = spec.get("deadline_s")
     if deadline and hasattr(__import__("signal"), "alarm"):
         import signal
@@ -591,8 +596,21 @@ def bench(build_dir, spec):
             m = drift_metrics(outs, ref, labels)
             m = {k: _jsonable(v) for k, v in m.items()}
             emit("drift", samples=int(len(next(iter(feeds.values())))), **m)
-    emit("done")
+    emit("done", time=time.time())
     return EXIT_OK
+
+
+def _note_in_lease(lease):
+    """Write ``runner.json`` (pid, token) into the lease directory, if it is there."""
+    if not lease or not lease.get("dir") or not os.path.isdir(lease["dir"]):
+        return
+    path = os.path.join(lease["dir"], "runner.json")
+    try:
+        with open(path + ".tmp", "w") as fh:
+            json.dump({"pid": os.getpid(), "token": lease.get("token"), "time": time.time()}, fh)
+        os.rename(path + ".tmp", path)
+    except OSError:
+        pass
 
 
 # ---------------------------------------------------------------- command line

@@ -1,0 +1,298 @@
+"""A lease on a device, held on the device itself: one bench at a time per device, whichever
+machine the edgeforge process runs on.
+
+The lease is the directory ``<workdir>/.lease`` holding ``owner.json`` (host, boot id, pid, user,
+token, what runs, TTL, acquired/renewed times on the *device's* clock) and, once the runner has
+started, ``runner.json`` (the runner's pid on the device). Every change to it is made by a small
+standard-library script run over SSH that first takes ``flock`` on ``<workdir>/.lease.lock``, so
+checking and taking (or breaking) the lease is atomic among all contenders; the lock is held
+only for the length of that script, never for the bench.
+
+A lease is stale, and may be broken, when no runner it started is still alive on the device and
+
+- it was last renewed longer ago than its TTL (the holder's command timeout + a margin; the
+  holder renews it before every upload and before the run), measured on the device's clock; or
+- its holder ran on this machine (same hostname and boot id) and that process is gone; or
+- it is this process's own lease from a bench that lost its connection (token not in use).
+
+Breaking names the token it expects; a lease taken over in the meantime is not broken.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import DeviceError
+from .localsshd import _pid_alive
+from .transport import SSHTransport
+
+LEASE_DIR = ".lease"
+LEASE_PREFIX = "@@edgeforge-lease "
+TTL_MARGIN_S = 60.0
+POLL_MIN_S, POLL_MAX_S = 0.25, 2.0
+SCRIPT_TIMEOUT_S = 60.0
+
+# Runs on the device: standard library only.
+REMOTE_LEASE = r'''
+import fcntl, json, os, shutil, sys, time
+req = json.loads(sys.argv[1])
+wd = os.path.abspath(os.path.expanduser(req["workdir"]))
+lease = os.path.join(wd, ".lease")
+out = {"dir": lease}
+def say(**kw):
+    out.update(kw)
+    print("@@edgeforge-lease " + json.dumps(out))
+    sys.exit(0)
+try:
+    os.makedirs(wd, exist_ok=True)
+    lock = os.open(os.path.join(wd, ".lease.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+except OSError as e:
+    say(status="error", error="%s: %s" % (e.strerror, e.filename))
+def load(name):
+    try:
+        with open(os.path.join(lease, name)) as f:
+            v = json.load(f)
+        return v if isinstance(v, dict) else {}
+    except (OSError, ValueError):
+        return {}
+def write_owner(o):
+    tmp = os.path.join(lease, ".owner.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(o, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, os.path.join(lease, "owner.json"))
+def runner_alive():
+    r = load("runner.json")
+    pid = r.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if b"edgeforge_runner" not in f.read():
+                return None
+        with open("/proc/%d/stat" % pid) as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+    except (OSError, IndexError):
+        pass
+    return pid
+now = time.time()
+op = req["op"]
+held = os.path.isdir(lease)
+owner = load("owner.json") if held else {}
+if op == "acquire":
+    if held and req.get("break") and owner.get("token") == req["break"] and runner_alive() is None:
+        shutil.rmtree(lease, ignore_errors=True)
+        out["broke"] = owner
+        held = os.path.isdir(lease)
+    if held:
+        renewed = owner.get("renewed", owner.get("acquired"))
+        if not isinstance(renewed, (int, float)):
+            try:
+                renewed = os.stat(lease).st_mtime
+            except OSError:
+                renewed = now
+        say(status="busy", holder=owner, age_s=now - renewed, runner_pid=runner_alive(), now=now)
+    os.mkdir(lease)
+    o = dict(req["owner"], acquired=now, renewed=now)
+    write_owner(o)
+    say(status="acquired", owner=o, now=now)
+if op in ("renew", "release"):
+    if not held or owner.get("token") != req["token"]:
+        say(status="lost", holder=owner, now=now)
+    if op == "renew":
+        owner["renewed"] = now
+        write_owner(owner)
+        say(status="renewed", now=now)
+    shutil.rmtree(lease, ignore_errors=True)
+    say(status="released", now=now)
+if op == "show":
+    say(status="busy" if held else "free", holder=owner, runner_pid=runner_alive() if held else None, now=now)
+say(status="error", error="unknown op %r" % op)
+'''
+
+# Tokens of leases this process holds now; a lease with our pid and another token was abandoned.
+_ACTIVE: set[str] = set()
+_ACTIVE_LOCK = threading.Lock()
+
+
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+class DeviceBusy(DeviceError):
+    """Another bench holds the device's lease (exit 4; not a device failure for its health)."""
+
+
+def describe_holder(holder: dict, age_s: float | None = None) -> str:
+    who = f"{holder.get('user') or '?'}@{holder.get('host') or '?'} pid {holder.get('pid', '?')}"
+    what = f" ({holder['what']})" if holder.get("what") else ""
+    age = f" for {age_s:.0f}s" if age_s is not None else ""
+    return f"{who}{what}{age}"
+
+
+@dataclass
+class Lease:
+    """The lease one bench holds on one device. ``acquire`` first; ``release`` always."""
+
+    tr: SSHTransport
+    ttl_s: float
+    wait_s: float = 0.0
+    what: str = ""
+    on_step: Callable[[str, str], None] = lambda step, msg: None
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    acquired_at: float | None = None       # device clock
+    released_at: float | None = None
+    waited_s: float = 0.0
+    broke: dict | None = None              # the stale lease this one replaced, and why it was stale
+    held: bool = False
+    _reason: str = ""
+
+    @property
+    def device(self):
+        return self.tr.device
+
+    def owner(self) -> dict:
+        return {"token": self.token, "host": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
+                "user": getpass.getuser(), "what": self.what, "ttl_s": self.ttl_s}
+
+    def _call(self, op: str, **extra) -> dict:
+        req = {"op": op, "workdir": self.device.workdir, "token": self.token, **extra}
+        r = self.tr.python(["-c", REMOTE_LEASE, json.dumps(req)], timeout=SCRIPT_TIMEOUT_S,
+                           doing=f"{'taking' if op == 'acquire' else op + 'ing'} the device lease")
+        if r.connection_lost:
+            raise DeviceError(self.device.name, f"connection to {self.device.address} lost while handling the lease")
+        if r.timed_out:
+            raise DeviceError(self.device.name, f"lease script timed out after {SCRIPT_TIMEOUT_S:g}s")
+        line = next((ln for ln in r.stdout.splitlines() if ln.startswith(LEASE_PREFIX)), None)
+        if line is None:
+            if r.exit_code == 127:
+                raise DeviceError(self.device.name, f"python '{self.device.python}' not found on the device",
+                                  hint="set python = ... in devices.toml to a Python 3 with numpy and the runtime")
+            tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise DeviceError(self.device.name, f"lease script failed (exit {r.exit_code}): {tail}")
+        out = json.loads(line[len(LEASE_PREFIX):])
+        if out.get("status") == "error":
+            raise DeviceError(self.device.name, f"cannot take the lease in {self.device.workdir}: {out.get('error')}",
+                              hint="set workdir = ... in devices.toml to a directory the user can write")
+        return out
+
+    def stale_reason(self, holder: dict, age_s: float, runner_pid) -> str | None:
+        """Why a lease held by ``holder`` may be broken, or None when it is live."""
+        if runner_pid:
+            return None                      # its runner still runs: never overlap with it
+        ttl = holder.get("ttl_s")
+        ttl = float(ttl) if isinstance(ttl, (int, float)) and ttl > 0 else self.ttl_s
+        if age_s > ttl:
+            return f"not renewed for {age_s:.0f}s, over its TTL of {ttl:.0f}s"
+        pid = holder.get("pid")
+        same_machine = holder.get("host") == socket.gethostname() and holder.get("boot_id") == boot_id()
+        if same_machine and isinstance(pid, int):
+            if pid == os.getpid():
+                with _ACTIVE_LOCK:
+                    if holder.get("token") not in _ACTIVE:
+                        return "left by an earlier bench of this process that lost its connection"
+            elif not _pid_alive(pid):
+                return f"its owner (pid {pid} on this machine) is gone"
+        return None
+
+    def acquire(self) -> "Lease":
+        start = time.monotonic()
+        poll = POLL_MIN_S
+        brk = None
+        announced = False
+        while True:
+            out = self._call("acquire", owner=self.owner(), **({"break": brk} if brk else {}))
+            if out.get("broke"):
+                self.broke = {"holder": out["broke"], "reason": self._reason}
+                self.on_step("lease", f"broke a stale lease of {describe_holder(out['broke'])}: {self._reason}")
+            if out["status"] == "acquired":
+                with _ACTIVE_LOCK:
+                    _ACTIVE.add(self.token)
+                self.held = True
+                self.acquired_at = out["now"]
+                self.waited_s = round(time.monotonic() - start, 3)
+                return self
+            holder, age, runner = out.get("holder") or {}, float(out.get("age_s") or 0.0), out.get("runner_pid")
+            reason = self.stale_reason(holder, age, runner)
+            if reason and holder.get("token") and brk != holder.get("token"):
+                brk, self._reason = holder["token"], reason
+                continue
+            brk = None
+            waited = time.monotonic() - start
+            if waited >= self.wait_s:
+                busy = describe_holder(holder, age) + (f", runner pid {runner} on the device" if runner else "")
+                if self.wait_s > 0:
+                    raise DeviceBusy(self.device.name, f"busy: still leased after waiting {waited:.0f}s, by {busy}",
+                                     hint="raise --wait, or try again later")
+                raise DeviceBusy(self.device.name, f"busy: leased by {busy}",
+                                 hint="pass --wait SECONDS to wait for it")
+            if not announced:
+                self.on_step("lease", f"waiting for {describe_holder(holder, age)} (up to {self.wait_s:g}s)")
+                announced = True
+            time.sleep(min(poll, max(0.05, self.wait_s - waited)))
+            poll = min(poll * 2, POLL_MAX_S)
+
+    def renew(self) -> None:
+        if not self.held:
+            return
+        out = self._call("renew")
+        if out["status"] == "lost":
+            self.held = False
+            holder = out.get("holder") or {}
+            raise DeviceError(self.device.name, "lost the device lease"
+                              + (f" to {describe_holder(holder)}" if holder else "")
+                              + " (it was broken as stale)", hint="raise --timeout so the lease TTL covers the bench")
+
+    def release(self) -> bool:
+        """Give the lease back. Never raises; False when it could not be (the connection is gone:
+        the lease then expires as described in the module doc)."""
+        if not self.held:
+            return False
+        try:
+            if not self.tr.is_connected():
+                return False
+            out = self._call("release")
+            self.released_at = out.get("now")
+            return out["status"] == "released"
+        except (DeviceError, OSError):
+            return False
+        finally:
+            self.held = False
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(self.token)
+
+    def record(self) -> dict:
+        return {"token": self.token, "acquired_at": iso(self.acquired_at), "released_at": iso(self.released_at),
+                "waited_s": self.waited_s, "ttl_s": self.ttl_s, "broke": self.broke}
+
+
+def lease_ttl(command_timeout_s: float) -> float:
+    """TTL of a lease: the holder's command timeout, plus the runner's grace, plus a margin."""
+    return float(command_timeout_s) + TTL_MARGIN_S

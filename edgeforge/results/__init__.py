@@ -1,0 +1,1 @@
+"""Bench results: the versioned schema, statistics over raw samples, atomic storage."""
