@@ -1,0 +1,278 @@
+"""Zoo conformance: every buildable ``paddle.vision.models`` architecture x five build columns.
+
+One test per cell (``test_cell[<arch>-<column>]``); see docs/conformance.md for the table this
+writes and tests/zoo/conftest.py for the fixtures. Run with ``make test-zoo``.
+
+A cell listed in ``KNOWN_LIMITS`` is an upstream limitation: the test then asserts that
+edgeforge fails cleanly on it (``PassError`` from ``api.build``; through the CLI exit 3 and one
+``error:`` line), and fails if the build succeeds (the limitation is gone: delete the entry).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from conftest import (ARCHS, COLUMNS, EXTRA_ROWS, FLOAT_REL_TOL, MIN_COSINE, Cell, ZooProject)
+from helpers import run_cli
+
+from edgeforge import api
+from edgeforge.cache import Cache, sha256_file
+from edgeforge.errors import PassError
+from edgeforge.runner import edgeforge_runner as runner
+
+pytestmark = [pytest.mark.zoo, pytest.mark.timeout(1800)]
+
+# (arch, column) -> the exact upstream limitation that makes the cell fail. Empty: on
+# paddlepaddle 3.3.1 / paddlelite 2.13rc0 / paddle2onnx 1.3.1 / onnxruntime 1.23 every cell
+# passes once legalize has run (the raw-export failures it fixes are checked below).
+KNOWN_LIMITS: dict[tuple[str, str], str] = {}
+
+_SPINNER = tuple("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def build_kwargs(column: str) -> dict:
+    return dict(COLUMNS[column][1])
+
+
+def cli_args(column: str) -> list[str]:
+    kw = build_kwargs(column)
+    args = ["--target", kw.pop("target")]
+    if "backend" in kw:
+        args += ["--backend", kw.pop("backend")]
+    if "precision" in kw:
+        args += ["--precision", kw.pop("precision")]
+    if kw.pop("float_fallback", True) is False:
+        args.append("--no-fallback")
+    assert not kw, kw
+    return args
+
+
+def build(proj: ZooProject, column: str, **extra) -> api.BuildResult:
+    kw = build_kwargs(column)
+    target = kw.pop("target")
+    return api.build(proj.root, target, out=proj.builds / column, cache_dir=proj.cache, **kw, **extra)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+
+
+def assert_cli_fails_cleanly(proj: ZooProject, args: list[str], out) -> str:
+    """The real `edgeforge build`: exit 3, exactly one `error:` line, no traceback, no output."""
+    res = run_cli("build", str(proj.root), *args, "--out", str(out), env={"EDGEFORGE_CACHE": str(proj.cache)},
+                  timeout=1800)
+    errors = error_lines(res.stderr)
+    assert res.returncode == 3, res.stderr[-3000:]
+    assert len(errors) == 1, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    assert "internal error" not in errors[0], errors[0]
+    assert not out.exists()
+    return errors[0]
+
+
+def reference(result: api.BuildResult) -> tuple[dict, list[np.ndarray]]:
+    inputs, labels, outputs = runner.load_reference(str(result.out_dir), result.manifest)[:3]
+    return inputs, outputs
+
+
+def per_output(outs: list[np.ndarray], ref: list[np.ndarray]) -> list[dict]:
+    assert len(outs) == len(ref), (len(outs), len(ref))
+    return runner.drift_metrics(outs, ref)["outputs"]
+
+
+def host_outputs(result: api.BuildResult, feeds: dict) -> list[np.ndarray]:
+    """Run the artifact again on the host, every output (verify's figures are output 0's)."""
+    m = result.manifest
+    art = result.out_dir / m["artifact"]["path"]
+    if m["backend"] == "onnx":
+        return runner.predict_all(runner.onnx_predictor(art, providers=["CPUExecutionProvider"]), feeds)
+    from edgeforge.native import run_native
+    from edgeforge.passes.verify import _lite_outputs
+
+    names = [i["name"] for i in m["inputs"]]
+    _, outs = run_native("zoo", "Paddle Lite x86 runtime", _lite_outputs, (str(art), names, feeds),
+                         result.out_dir.parent / f"{result.out_dir.name}-lite.log")
+    return outs
+
+
+def artifact_checks(result: api.BuildResult, backend: str, precision: str):
+    m = result.manifest
+    assert (m["backend"], m["precision"]) == (backend, precision)
+    art = result.out_dir / m["artifact"]["path"]
+    assert art.suffix == (".nb" if backend == "lite" else ".onnx")
+    size = art.stat().st_size
+    assert size > 0 and size == m["artifact"]["size_bytes"]
+    assert sha256_file(art) == m["artifact"]["sha256"]
+    return art, size
+
+
+def step_artifact(proj: ZooProject, result: api.BuildResult, pass_name: str):
+    key = next(s["cache_key"] for s in result.manifest["steps"] if s["pass"] == pass_name)
+    path = Cache(proj.cache).entry(key) / "artifact"
+    assert path.is_dir(), f"{pass_name} output not in the cache: {path}"
+    return path
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _rel(x: float) -> str:
+    return f"{x:.1e}"
+
+
+# ---------------------------------------------------------------------------------- the cells
+
+
+def _lite_arm_fp32(proj, r):
+    art, size = artifact_checks(r, "lite", "fp32")
+    assert r.manifest["runtime"]["valid_targets"] == ["arm"]
+    assert r.verify_status == "device-only"
+    # an fp32 .nb carries the float weights: no smaller than the legalized program's params
+    params = step_artifact(proj, r, "legalize") / "model.pdiparams"
+    assert size >= 0.95 * params.stat().st_size, (size, params.stat().st_size)
+    return Cell(True, f"{_mb(size)} (.nb)")
+
+
+def _lite_arm_int8(proj, r):
+    from edgeforge.paddle_env import paddle_inference
+    from edgeforge.passes.legalize import MODEL_FILE, _parse_program
+
+    art, size = artifact_checks(r, "lite", "int8")
+    m = r.manifest
+    assert m["runtime"]["valid_targets"] == ["arm"]
+    assert r.verify_status == "device-only"
+    assert m["keep_float"] == []                       # plain INT8: no layer kept in float
+    assert size < 0.5 * m["float_size_bytes"], (size, m["float_size_bytes"])
+    # host-side numbers: Paddle Inference on the fake-quant program that went into paddle_lite_opt
+    int8_dir = step_artifact(proj, r, "legalize.int8")
+    prog = _parse_program(int8_dir / MODEL_FILE)
+    quant_ops = sum(1 for op in prog.global_block().ops if "quantize" in op.type)
+    assert quant_ops > 0, "the INT8 program has no quantize/dequantize ops"
+    feeds, ref = reference(r)
+    drift = per_output(paddle_inference(int8_dir, feeds), ref)
+    cos = min(d["cosine"] for d in drift)
+    fig = f"cos {cos:.4f} (sim.), {_mb(size)}"
+    if cos < MIN_COSINE:
+        return Cell(False, fig, note=f"{proj.arch}, Lite arm int8: Paddle Inference on the fake-quant "
+                                     f"program gives cosine {cos:.4f} < {MIN_COSINE} against float.")
+    return Cell(True, fig)
+
+
+def _float_host(proj, r, backend, title):
+    artifact_checks(r, backend, "fp32")
+    v = r.manifest["verify"]
+    feeds, ref = reference(r)
+    rel = v["rel_max_abs_error"]
+    if len(ref) > 1:
+        rel = max(d["rel_max_abs_error"] for d in per_output(host_outputs(r, feeds), ref))
+    ok = v["status"] == "passed" and rel <= FLOAT_REL_TOL
+    if not ok:
+        return Cell(False, _rel(rel), note=f"{proj.arch}, {title}: verify {v['status']}, relative max-abs "
+                                           f"error {rel:.2e} > {FLOAT_REL_TOL:g}. {v.get('reason') or ''}".strip())
+    return Cell(True, _rel(rel))
+
+
+def _lite_x86_fp32(proj, r):
+    assert r.manifest["runtime"]["valid_targets"] == ["x86"]
+    return _float_host(proj, r, "lite", "Lite x86 fp32")
+
+
+def _onnx_fp32(proj, r):
+    return _float_host(proj, r, "onnx", "ONNX fp32")
+
+
+def _onnx_int8(proj, r):
+    art, size = artifact_checks(r, "onnx", "int8")
+    m = r.manifest
+    assert m["keep_float"] == []
+    assert size < 0.5 * m["float_size_bytes"], (size, m["float_size_bytes"])
+    v = m["verify"]
+    feeds, ref = reference(r)
+    cos = v["cosine"]
+    if len(ref) > 1:
+        cos = min(d["cosine"] for d in per_output(host_outputs(r, feeds), ref))
+    fig = f"cos {cos:.4f}"
+    if v["status"] != "passed" or cos < MIN_COSINE:
+        return Cell(False, fig, note=f"{proj.arch}, ONNX int8: verify {v['status']}, cosine {cos:.4f} "
+                                     f"< {MIN_COSINE}. {v.get('reason') or ''}".strip())
+    return Cell(True, fig)
+
+
+CHECKS = {
+    "lite-arm-fp32": _lite_arm_fp32,
+    "lite-arm-int8": _lite_arm_int8,
+    "lite-x86-fp32": _lite_x86_fp32,
+    "onnx-fp32": _onnx_fp32,
+    "onnx-int8": _onnx_int8,
+}
+
+
+@pytest.mark.parametrize("column", list(COLUMNS))
+def test_cell(zoo_project: ZooProject, column: str, record_cell, tmp_path):
+    arch = zoo_project.arch
+    title = COLUMNS[column][0]
+    t0 = time.perf_counter()
+
+    limit = KNOWN_LIMITS.get((arch, column))
+    if limit is not None:
+        with pytest.raises(PassError) as info:
+            build(zoo_project, column)
+        line = str(info.value)
+        assert "\n" not in line and line.startswith("pass "), line
+        cli_line = assert_cli_fails_cleanly(zoo_project, cli_args(column), tmp_path / "out")
+        record_cell(arch, column, Cell(True, "upstream", limit=True, seconds=time.perf_counter() - t0,
+                                       note=f"{arch}, {title}: {limit} edgeforge fails cleanly, exit 3: "
+                                            f"`{cli_line}`"))
+        return
+
+    try:
+        result = build(zoo_project, column)
+        cell = CHECKS[column](zoo_project, result)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        record_cell(arch, column, Cell(False, "error", seconds=time.perf_counter() - t0,
+                                       note=f"{arch}, {title}: {type(exc).__name__}: {first}"))
+        raise
+    cell.seconds = time.perf_counter() - t0
+    record_cell(arch, column, cell)
+    assert cell.ok, cell.note
+
+
+# ---------------------------------------------------------------- raw exports: clean failures
+
+# docs/legalize-findings.md: the raw Paddle 3.3 exports that paddle_lite_opt --valid_targets=arm
+# cannot take. Without legalize, edgeforge must report the crash, not die of it.
+RAW_ARM_FAILURES = {
+    "mobilenet_v2": ("SIGABRT", "relu6"),        # No attributes called threshold found for relu6
+    "shufflenet_v2_swish": ("SIGABRT", "swish"),  # No attributes called beta found for swish
+    "alexnet": ("SIGSEGV", "flatten_contiguous_range"),  # FlattenContiguousRangeOp::InferType
+}
+
+
+@pytest.mark.parametrize("column", ["lite-arm-fp32"])
+def test_raw_export_fails_cleanly(zoo_project: ZooProject, column: str, tmp_path):
+    """Runs after the cells of the architecture (same session fixture): export is cached."""
+    arch = zoo_project.arch
+    if arch not in RAW_ARM_FAILURES:
+        pytest.skip("the raw export converts for arm")
+    signal, op = RAW_ARM_FAILURES[arch]
+    with pytest.raises(PassError) as info:
+        build(zoo_project, column, legalize=False)
+    assert "\n" not in str(info.value)
+    line = assert_cli_fails_cleanly(zoo_project, [*cli_args(column), "--no-legalize"], tmp_path / "out")
+    assert "pass convert.lite" in line and signal in line and op in line, line
+    EXTRA_ROWS.append(f"| {arch} | `{' '.join(cli_args(column))} --no-legalize` | `{line}` |")
+
+
+def test_suite_covers_the_zoo():
+    """The 17 architectures are exactly the paddle.vision.models factories that build offline."""
+    assert len(ARCHS) == 17 and len(set(ARCHS)) == 17
+    from paddle.vision import models
+
+    for arch in ARCHS:
+        assert callable(getattr(models, arch))
