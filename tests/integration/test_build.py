@@ -104,3 +104,16 @@ def test_reference_outputs_are_paddle_inference(builds, digits_project, tmp_path
         ref = z["output_0"]
     ours = paddle_inference(tmp_path, {"x": x})[0]
     assert np.abs(ours - ref).max() <= 1e-5
+
+
+def test_jetson_nano_gets_fp16_onnx(digits_project, tmp_path):
+    """A board without fast INT8 gets fp16 by default (targets/jetson-nano.toml)."""
+    import onnx
+
+    r = api.build(digits_project, "jetson-nano", out=tmp_path / "nano")
+    m = r.manifest
+    assert (m["backend"], m["precision"]) == ("onnx", "fp16")
+    model = onnx.load(str(r.out_dir / "model.onnx"))
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    assert m["verify"]["status"] == "passed" and m["verify"]["top1_agreement"] >= 0.99
+    assert m["artifact"]["size_bytes"] < 0.6 * m["float_size_bytes"]
