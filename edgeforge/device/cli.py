@@ -413,6 +413,9 @@ def cmd_sweep(args) -> int:
     from .sweep import parse_list, sweep
 
     _check_gate_flags(args)
+    bad = [p for p in (args.precisions or "").split(",") if p.strip() and p.strip() not in ("int8", "fp16", "fp32")]
+    if bad:
+        raise ConfigError(f"unknown precision(s) {', '.join(bad)}: use int8, fp16, fp32")
     with _progress(args.quiet) as on_step:
         outcome = sweep(args.project, args.target, args.device, backend=args.backend,
                         precisions=parse_list(args.precisions, str, "precision"),
@@ -422,9 +425,6 @@ def cmd_sweep(args) -> int:
                         connect_timeout=args.connect_timeout, wait=args.wait, retries=args.retries,
                         trust_new_host=args.trust_new_host, inventory=args.inventory, results_dir=args.results,
                         on_step=on_step)
-    bad = [p for p in (args.precisions or "").split(",") if p.strip() and p.strip() not in ("int8", "fp16", "fp32")]
-    if bad:
-        raise ConfigError(f"unknown precision(s) {', '.join(bad)}: use int8, fp16, fp32")
     if args.json:
         print(json.dumps({"sweep": outcome.id, "device": outcome.device, "target": outcome.target,
                           "backend": outcome.backend, "notes": outcome.notes,
@@ -546,15 +546,21 @@ def _add_bench_flags(p, device: bool = True) -> None:
     add_gate_arguments(p)
 
 
+def _wrap(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=100)
+
+
 def register_commands(sub) -> None:
     b = sub.add_parser(
         "bench", help="push builds to devices over SSH; measure latency and drift there",
-        description="Bench BUILD_DIR on one device (--device NAME), or one or more builds on a fleet "
+        description=_wrap("Bench BUILD_DIR on one device (--device NAME), or one or more builds on a fleet "
                     "(--devices TAG|NAME|all, comma-separated; each device gets every build whose target is "
                     "its target, devices in parallel). One bench per device at a time: a lease on the device "
                     "(<workdir>/.lease) makes another bench wait (--wait S) or report the device busy. A device "
                     "that fails 3 benches in a row is marked unhealthy (devices.state.json beside the inventory) "
-                    "and skipped until `edgeforge devices check NAME` passes.",
+                    "and skipped until `edgeforge devices check NAME` passes."),
         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("build_dir", nargs="+", metavar="BUILD_DIR")
     b.add_argument("--device", metavar="NAME", help="one device by name (one build: a single bench, as before)")
@@ -578,9 +584,9 @@ def register_commands(sub) -> None:
 
     w = sub.add_parser(
         "sweep", help="build PROJECT per precision, bench each over threads x power modes on one device",
-        description="Builds PROJECT for each precision (cached), then benches every point of precision x threads "
+        description=_wrap("Builds PROJECT for each precision (cached), then benches every point of precision x threads "
                     "x power mode on DEVICE, one normal result per point tagged with the sweep id, and prints "
-                    "one table (with the INT8 speed-up over fp32 at the same threads and power mode).",
+                    "one table (with the INT8 speed-up over fp32 at the same threads and power mode)."),
         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("project")
     w.add_argument("--target", required=True)

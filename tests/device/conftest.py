@@ -106,3 +106,105 @@ def cli(capsys):
         return code, out, err
 
     return run
+
+
+# ---------------------------------------------------------------- fleets (several sshd devices)
+
+FLEET_TAGS = {0: ["rack1"], 1: ["rack1"], 2: ["rack2"], 3: ["rack2"]}
+
+
+@dataclass
+class FleetLab:
+    """N real sshd devices on loopback ports, each with its own workdir; one inventory for all."""
+
+    root: Path
+    sshds: list
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.sshds]
+
+    @property
+    def inventory(self) -> Path:
+        return self.root / "devices.toml"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "devices.state.json"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    def sshd(self, name: str) -> LocalSshd:
+        return next(d for d in self.sshds if d.name == name)
+
+    def workdir(self, name: str) -> Path:
+        return self.root / "workdirs" / name
+
+    def write_inventory(self, **per_device) -> Path:
+        """``per_device``: {name: {field: value}} overrides for the device entries."""
+        devs = []
+        for i, d in enumerate(self.sshds):
+            fields = {"workdir": str(self.workdir(d.name)), "tags": ["loopback", *FLEET_TAGS.get(i % 4, [])]}
+            fields.update(per_device.get(d.name, {}))
+            devs.append(d.device(**fields))
+        self.sshds[0].write_inventory(self.inventory, devs)
+        return self.inventory
+
+    def result_files(self) -> list[Path]:
+        return sorted(self.results.glob("*.json")) if self.results.is_dir() else []
+
+    def results_by_device(self) -> dict[str, list[dict]]:
+        import json
+
+        out: dict[str, list[dict]] = {}
+        for f in self.result_files():
+            r = json.loads(f.read_text())
+            out.setdefault(r["device"]["name"], []).append(r)
+        return out
+
+    def slow_python(self, seconds: float, name: str = "python-slow") -> Path:
+        """A device python whose bench runner sleeps ``seconds`` after it starts (before timing):
+        it holds the device long enough to be killed or contended for."""
+        import sys
+
+        hook = self.root / f"{name}-hook"
+        hook.mkdir(exist_ok=True)
+        (hook / "sitecustomize.py").write_text(
+            "import sys, time\n"
+            "if sys.argv and sys.argv[0].endswith('edgeforge_runner.py') and 'bench' in sys.argv[1:2]:\n"
+            f"    time.sleep({seconds})\n")
+        p = self.root / name
+        p.write_text(f'#!/bin/sh\nPYTHONPATH={hook} exec {sys.executable} "$@"\n')
+        p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return p
+
+    def stop(self) -> None:
+        for d in self.sshds:
+            d.stop()
+
+
+@pytest.fixture
+def make_fleet(tmp_path):
+    """``make_fleet(n)``: n sshd devices dev-a, dev-b, ... (tags loopback + rack1/rack2), started,
+    with an inventory; all stopped at the end of the test."""
+    _need_sshd()
+    made: list[FleetLab] = []
+
+    def make(n: int = 4, start: bool = True) -> FleetLab:
+        root = tmp_path / f"fleet{len(made)}"
+        root.mkdir()
+        sshds = [LocalSshd(root / "sshd" / f"dev-{chr(97 + i)}", name=f"dev-{chr(97 + i)}") for i in range(n)]
+        if start:
+            for d in sshds:
+                d.start()
+        lab = FleetLab(root, sshds)
+        made.append(lab)
+        if start:
+            lab.write_inventory()
+        return lab
+
+    yield make
+    for lab in made:
+        lab.stop()

@@ -114,6 +114,8 @@ def test_jetson_nano_gets_fp16_onnx(digits_project, tmp_path):
     m = r.manifest
     assert (m["backend"], m["precision"]) == ("onnx", "fp16")
     model = onnx.load(str(r.out_dir / "model.onnx"))
-    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    weights = list(model.graph.initializer) + [a.t for n in model.graph.node if n.op_type == "Constant"
+                                               for a in n.attribute if a.name == "value"]
+    assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in weights)
     assert m["verify"]["status"] == "passed" and m["verify"]["top1_agreement"] >= 0.99
     assert m["artifact"]["size_bytes"] < 0.6 * m["float_size_bytes"]
