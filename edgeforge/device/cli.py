@@ -256,10 +256,13 @@ def print_fleet(outcome) -> None:
                  if any(r.status == "skipped" for r in outcome.runs) else ""), markup=False)
     for r in outcome.runs:
         if r.failed:
-            con.print(f"failed: {r.name} ({r.status}): {r.error}", style="red", markup=False)
+            con.print(f"failed: {r.name} ({r.status}): {r.error}" + (f"; {r.hint}" if r.hint else ""),
+                      style="red", markup=False)
     for r in outcome.runs:
         if r.status in ("skipped", "idle"):
             con.print(f"{r.status}: {r.name}: {r.note}", style="yellow", markup=False)
+    for note in outcome.notes:
+        con.print(f"note: {note}", style="yellow", markup=False)
 
 
 def print_sweep(outcome) -> None:
@@ -453,7 +456,11 @@ def cmd_devices(args) -> int:
             raise ConfigError("`edgeforge devices list` takes no device name")
         inv = load_inventory(args.inventory)
         if args.json:
-            print(json.dumps({n: inv.devices[n].model_dump(mode="json") for n in inv.names()}, indent=2))
+            from .health import HealthStore
+
+            state = HealthStore(inv.path).read()
+            print(json.dumps({n: {**inv.devices[n].model_dump(mode="json"), "health": state.get(n)}
+                              for n in inv.names()}, indent=2))
         else:
             print_devices(inv)
         return EXIT_OK

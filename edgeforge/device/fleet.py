@@ -50,7 +50,8 @@ class DeviceRun:
     device: Device
     jobs: list[Job] = field(default_factory=list)
     status: str = "pending"          # ok | failed | busy | skipped (unhealthy) | idle (no build for it)
-    error: str | None = None         # one line, without the "device NAME: " prefix
+    error: str | None = None         # the cause, one line, without the "device NAME: " prefix
+    hint: str | None = None          # what to do about it
     note: str | None = None
 
     @property
@@ -66,6 +67,7 @@ class DeviceRun:
 class FleetOutcome:
     id: str
     runs: list[DeviceRun]
+    notes: list[str] = field(default_factory=list)      # e.g. a health state file that could not be written
 
     @property
     def failed(self) -> list[DeviceRun]:
@@ -80,8 +82,9 @@ class FleetOutcome:
         return [j.result for r in self.runs for j in r.jobs if j.status == "ok"]
 
     def to_dict(self) -> dict:
-        return {"fleet": self.id, "devices": [
-            {"device": r.name, "target": r.device.target, "status": r.status, "error": r.error, "note": r.note,
+        return {"fleet": self.id, "notes": self.notes, "devices": [
+            {"device": r.name, "target": r.device.target, "status": r.status, "error": r.error, "hint": r.hint,
+             "note": r.note,
              "benches": [{"build": str(j.build_dir), "label": j.label, "status": j.status,
                           "result": str(j.path) if j.path else None, "error": j.error,
                           "p50_ms": (j.result or {}).get("summary", {}).get("p50_ms")} for j in r.jobs]}
@@ -170,7 +173,7 @@ def fleet_bench(build_dirs, devices: str, *, inventory=None, runs=None, warmups=
                 try:
                     out = b.run()
                 except EdgeforgeError as exc:
-                    job.status, job.error = "failed", exc.one_line()
+                    job.status, job.error = "failed", _one(exc)
                     for rest in r.jobs[i + 1:]:
                         rest.status, rest.error = "not run", f"an earlier bench on {r.name} failed"
                     raise
@@ -181,13 +184,13 @@ def fleet_bench(build_dirs, devices: str, *, inventory=None, runs=None, warmups=
             guarded(inv.path, r.name, benches, enabled=health, store=store)
             r.status = "ok"
         except DeviceBusy as exc:
-            r.status, r.error = "busy", _one(exc)
+            r.status, r.error, r.hint = "busy", _message(exc), exc.hint
         except DeviceUnhealthy as exc:
             r.status, r.note = "skipped", _strip_device(exc).removeprefix("skipped: ")
             for j in r.jobs:
                 j.status = "not run"
         except EdgeforgeError as exc:
-            r.status, r.error = "failed", _one(exc)
+            r.status, r.error, r.hint = "failed", _message(exc), exc.hint
         except Exception as exc:  # noqa: BLE001 - a bug, but still a value for this device only
             first = str(exc).splitlines()[0] if str(exc) else ""
             r.status, r.error = "failed", f"internal error {type(exc).__name__}: {first}"
@@ -197,9 +200,12 @@ def fleet_bench(build_dirs, devices: str, *, inventory=None, runs=None, warmups=
         with ThreadPoolExecutor(max_workers=max(1, min(jobs or len(todo), len(todo))),
                                 thread_name_prefix="edgeforge-fleet") as pool:
             list(pool.map(work, todo))
-    return FleetOutcome(fid, device_runs)
+    return FleetOutcome(fid, device_runs, notes=list(dict.fromkeys(store.warnings)))
+
+
+def _message(exc: EdgeforgeError) -> str:
+    return _strip_device(exc) if isinstance(exc, DeviceError) else exc.message
 
 
 def _one(exc: EdgeforgeError) -> str:
-    text = _strip_device(exc) if isinstance(exc, DeviceError) else exc.message
-    return f"{text}; {exc.hint}" if exc.hint else text
+    return f"{_message(exc)}; {exc.hint}" if exc.hint else _message(exc)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..errors import ConfigError, DeviceError
 from .bench import RETRIES, Bench, Step, guarded, resolve_settings

@@ -30,7 +30,10 @@ KEEPALIVE_S = 5
 
 # paramiko logs transport errors (e.g. "Error reading SSH protocol banner") that we report
 # ourselves, in one line; without a handler, logging's last resort would print them to stderr.
+# Nor should its INFO lines reach a root logger someone else configured (paddle does, on import:
+# `edgeforge run`/`sweep` build first, then bench, and printed "Authentication ... successful!").
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 
 def quote_command(argv: Sequence[str], cwd: str | None = None) -> str:

@@ -379,6 +379,134 @@ def _abs_min_max(values: np.ndarray) -> tuple[float, float]:
     return amin, float(max(hi, -lo))
 
 
+# ------------------------------------------------- exact histograms in Paddle's C++ histogram kernel
+# Paddle's CPU ``histogram`` kernel (phi HistogramKernel, float64 input, float attrs min/max) counts
+# x in bin trunc((x - min) * bins / (max - min)) (clamped to bins - 1) when min <= x <= max, in double
+# arithmetic, in one fused C++ loop (~1.5 ns/element against ~3.7 for the numpy kernel above). For
+# float32 activations and Paddle PTQ's edges this is *exactly* np.histogram's answer, by the
+# argument in :func:`_kernel_plan`; a one-time probe (:func:`_kernel_ok`) checks the installed binary
+# against numpy on values placed on and next to edges, and any doubt falls back to the numpy kernel.
+_PD_BLOCK = 1 << 18                        # float64 elements per kernel call (2 MiB buffer)
+_kernel_state: dict = {}
+_plan_cache: dict = {}                     # id(edges) -> (edges, plan): PTQ reuses one array per var
+
+
+def _kernel_bin(x: np.ndarray, e0: float, en: float, n: int) -> np.ndarray:
+    """The kernel's bin for float64 ``x`` in [e0, en], before its clamp to n - 1: the same IEEE
+    double operations in the same order, ``(int64)((x - min) * nbins / (max - min))``."""
+    return np.trunc(((x - e0) * float(n)) / (en - e0))
+
+
+def _kernel_plan(values: np.ndarray, edges: np.ndarray):
+    """``(e0, en, n)`` when Paddle's kernel on float64(|values|) with ``min=e0, max=en, bins=n``
+    gives exactly ``np.histogram(np.abs(values), bins=edges)[0]``, else None.
+
+    For float32 values numpy's bin k is ``t[k] <= |x| < t[k+1]`` (the last bin also
+    ``|x| == en``), t = the smallest float32 >= each edge, values outside [e0, en] dropped; the
+    kernel keeps e0 <= |x| <= en (the same set when e0, en are float32 values) and its bin is
+    monotone in |x|. So the two agree on *every* float32 input iff, for each k in 1..n-1, the
+    kernel puts t[k] in a bin >= k and the float32 just below t[k] (when >= e0) in a bin < k:
+    2(n - 1) evaluations, checked here with the kernel's own double arithmetic.
+    """
+    if values.dtype != np.float32 or edges.dtype != np.float64 or edges.ndim != 1 \
+            or edges.size < 2 or values.size == 0:
+        return None
+    n = edges.size - 1
+    e0, en = float(edges[0]), float(edges[-1])
+    if not (math.isfinite(e0) and math.isfinite(en) and 0.0 <= e0 < en):
+        return None
+    if float(np.float32(e0)) != e0 or float(np.float32(en)) != en:
+        return None                               # the kernel's min/max attributes are float32
+    hit = _plan_cache.get(id(edges))
+    if hit is not None and hit[0] is edges:
+        return hit[1]
+    plan = None
+    if bool(np.all(np.diff(edges) >= 0)):
+        t = _f32_ceil(edges[1:n])
+        below = np.nextafter(t, np.float32(-np.inf))
+        k = np.arange(1, n, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            at = _kernel_bin(t.astype(np.float64), e0, en, n)
+            under = _kernel_bin(below.astype(np.float64), e0, en, n)
+        if bool(np.all(at >= k)) and bool(np.all((below.astype(np.float64) < e0) | (under < k))):
+            plan = (e0, en, n)
+    if len(_plan_cache) > 4096:
+        _plan_cache.clear()
+    _plan_cache[id(edges)] = (edges, plan)
+    return plan
+
+
+def _kernel_histograms(items: list) -> list:
+    """Paddle's histogram kernel over float64 copies of |x| taken block by block.
+    ``items``: ``[(flat float32 array, e0, en, n)]``; returns int64 counts."""
+    import paddle                                     # noqa: PLC0415
+    from paddle import _C_ops                         # noqa: PLC0415
+
+    out = []
+    buf = np.empty(min(_PD_BLOCK, max(x.size for x, *_ in items)), np.float64)
+    with paddle.base.dygraph.guard(paddle.CPUPlace()):
+        for x, e0, en, n in items:
+            acc = np.zeros(n, np.int64)
+            for s in range(0, x.size, buf.size):
+                src = x[s:s + buf.size]
+                b = buf[:src.size]
+                np.abs(src, out=b)                     # exact: float32 -> float64, |.|
+                h = _C_ops.histogram(paddle.Tensor(b, zero_copy=True), None, n, e0, en, False)
+                acc += h.numpy()
+            out.append(acc)
+    return out
+
+
+def _kernel_ok() -> bool:
+    """Whether the installed Paddle's kernel agrees with numpy on a probe set built to break any
+    other arithmetic: values on, one float32 step below and above every edge, the extremes,
+    outside values and NaN, for edges from [0, m] and [m0, m] ranges as Paddle PTQ builds them."""
+    if "ok" in _kernel_state:
+        return _kernel_state["ok"]
+    ok = False
+    try:
+        rng = np.random.default_rng(12345)
+        ok = True
+        for lo, hi, n in ((0.0, 6.0, 2048), (0.0, 3.1234567, 2048), (1.0e-3, 17.77, 2048),
+                          (0.37, 0.3700731, 2048), (0.0, 1.0e-30, 2048), (2.5, 1000.3, 64)):
+            lo32, hi32 = float(np.float32(lo)), float(np.float32(hi))
+            _, edges = np.histogram([], bins=n, range=(lo32, hi32))
+            t = _f32_ceil(edges)
+            near = np.concatenate([t, np.nextafter(t, np.float32(np.inf)),
+                                   np.nextafter(t, np.float32(-np.inf)), edges.astype(np.float32)])
+            body = (rng.random(200_000) * (hi32 - lo32) + lo32).astype(np.float32)
+            x = np.concatenate([near, body, np.float32([0.0, -0.0, np.nan, np.inf, hi32 * 2])])
+            x = x * np.where(rng.random(x.size) < 0.5, 1, -1).astype(np.float32)
+            plan = _kernel_plan(x, edges)
+            if plan is None:
+                continue
+            got = _kernel_histograms([(x, *plan)])[0]
+            want = np.histogram(np.abs(x), bins=edges)[0]
+            if not (got.dtype == want.dtype and np.array_equal(got, want)):
+                ok = False
+                break
+    except Exception:                              # no eager mode, other signature, ...
+        ok = False
+    _kernel_state["ok"] = ok
+    return ok
+
+
+def _abs_histograms_fast(pairs: list) -> list:
+    """:func:`_abs_histograms` (same counts), through Paddle's kernel where provably exact."""
+    plans = [_kernel_plan(np.asarray(v), np.asarray(e)) for v, e in pairs]
+    use = [i for i, p in enumerate(plans) if p is not None]
+    results: list = [None] * len(pairs)
+    if use and _kernel_ok():
+        counts = _kernel_histograms([(np.asarray(pairs[i][0]).reshape(-1), *plans[i]) for i in use])
+        for i, c in zip(use, counts):
+            results[i] = c
+    rest = [i for i, r in enumerate(results) if r is None]
+    if rest:
+        for i, c in zip(rest, _abs_histograms([pairs[i] for i in rest])):
+            results[i] = c
+    return results
+
+
 # ----------------------------------------------------------------- Paddle PTQ sampling stage
 class _Capsule:
     """Hands a DLPack capsule to ``np.from_dlpack`` (numpy wants an object with __dlpack__)."""
@@ -406,8 +534,88 @@ def _read_activation(scope, var_name: str, utils) -> np.ndarray:
     return utils.load_variable_data(scope, var_name)
 
 
-# The two PostTrainingQuantization methods are replaced only while their source is exactly the
-# one the replacements below mirror (Paddle 3.3); otherwise Paddle's own stay in place.
+# The preparation pass of KL/hist runs the program on every batch once more in the sampling pass,
+# only to see the same activations again. fast_kl() keeps them instead, within a memory budget:
+# after a batch's abs min/max are taken, each activation's buffer is handed over from the scope to a
+# read-only numpy view (DLPack shares the allocation; the scope's tensor is cleared, so the next run
+# allocates a fresh one and the kept data is never overwritten). A kept batch is used in place of a
+# rerun only if the loader yields a bitwise-equal feed for it in the sampling pass; the program
+# (inference, fixed weights) then computes the same activations, as Paddle's CPU kernels are
+# deterministic for equal inputs. Anything else (other feed types, a budget too small, a tensor
+# that cannot be shared) reruns the program exactly as Paddle does.
+_keep_limit: int | None = None             # bytes; None: a quarter of the available memory
+
+
+def _keep_budget() -> int:
+    if _keep_limit is not None:
+        return max(0, int(_keep_limit))
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 4
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _snapshot_feed(data):
+    """A private copy of a ``{name: ndarray}`` feed, or None for any other feed."""
+    if not isinstance(data, dict) or not data:
+        return None
+    snap = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or type(value) is not np.ndarray or value.dtype.hasobject:
+            return None
+        snap[key] = value.copy()
+    return snap
+
+
+def _same_feed(snap, data) -> bool:
+    if not isinstance(data, dict) or data.keys() != snap.keys():
+        return False
+    for key, value in data.items():
+        old = snap[key]
+        if type(value) is not np.ndarray or value.dtype != old.dtype or value.shape != old.shape \
+                or value.tobytes() != old.tobytes():
+            return False
+    return True
+
+
+def _keep_activations(self, data, budget: int, utils):
+    """``(feed copy, {var_name: read-only view}, bytes)`` for the batch now in the scope, taking
+    the activations' buffers over from the scope, or None (nothing is taken) when the feed is not
+    a plain ``{name: ndarray}``, a buffer cannot be shared, or the batch exceeds ``budget``."""
+    if budget <= 0:
+        return None
+    feed = _snapshot_feed(data)
+    if feed is None:
+        return None
+    views, tensors, nbytes = {}, [], 0
+    for var_name in self._quantized_act_var_name:
+        var = self._scope.find_var(var_name)
+        if var is None:
+            return None
+        try:
+            tensor = var.get_tensor()
+            view = np.from_dlpack(_Capsule(tensor._to_dlpack()))
+        except Exception:                          # empty, non-CPU, dtype numpy lacks, ...
+            return None
+        view = view.reshape(1) if view.shape == () else view
+        view.flags.writeable = False
+        nbytes += view.nbytes
+        if nbytes > budget:
+            return None
+        views[var_name] = view
+        tensors.append(tensor)
+    for tensor in tensors:
+        tensor._clear()                            # the view now owns the data
+    return feed, views, nbytes
+
+
+# The PostTrainingQuantization methods are replaced only while their source is exactly the one
+# the replacements below mirror (Paddle 3.3); otherwise Paddle's own stay in place. quantize() is
+# replaced only together with the other two.
 _ORIGINAL_SOURCES = {
     "_sample_histogram": '''\
 def _sample_histogram(self):
@@ -448,23 +656,129 @@ def _collect_activation_abs_min_max(self):
             if max_value > self._sampling_act_abs_min_max[var_name][1]:
                 self._sampling_act_abs_min_max[var_name][1] = max_value
 """,
+    "quantize": """\
+def quantize(self):
+    '''
+    Load the FP32 model, and use the calibrate data to calculate the forward-stage.
+    Based on the sample data, we can get the quantization information, and obtain
+    the final quantized model.
+
+    Args:
+        None
+    Returns:
+        the program of quantized model.
+    '''
+    self._load_model_data()
+    self._collect_target_varnames()
+    self._set_activation_persistable()
+
+    if self._algo in ["KL", "hist"]:
+        batch_id = 0
+        with tqdm(
+            total=self._batch_nums,
+            bar_format='Preparation stage, Run batch:|{bar}| {n_fmt}/{total_fmt}',
+            ncols=80,
+        ) as t:
+            for data in self._data_loader():
+                self._executor.run(
+                    program=self._program,
+                    feed=data,
+                    fetch_list=self._fetch_list,
+                    return_numpy=False,
+                    scope=self._scope,
+                )
+                self._collect_activation_abs_min_max()
+                batch_id += 1
+                t.update()
+                if self._batch_nums and batch_id >= self._batch_nums:
+                    break
+        self._init_sampling_act_histogram()
+
+    batch_id = 0
+    with tqdm(
+        total=self._batch_nums,
+        bar_format='Sampling stage, Run batch:|{bar}| {n_fmt}/{total_fmt}',
+        ncols=80,
+    ) as t:
+        for data in self._data_loader():
+            self._executor.run(
+                program=self._program,
+                feed=data,
+                fetch_list=self._fetch_list,
+                return_numpy=False,
+                scope=self._scope,
+            )
+            self._sampling()
+            batch_id += 1
+            t.update()
+            if self._batch_nums and batch_id >= self._batch_nums:
+                break
+
+    if self._algo == 'avg':
+        for var_name in self._quantized_act_var_name:
+            if var_name not in self._quantized_var_avg:
+                continue
+            self._quantized_threshold[var_name] = np.array(
+                self._quantized_var_avg[var_name]
+            ).mean()
+
+    if self._algo in ["KL", "hist"]:
+        self._calculate_kl_hist_threshold()
+
+    if self._round_type == 'adaround':
+        self._adaround_apply()
+
+    self._reset_activation_persistable()
+
+    if self._algo == 'min_max':
+        self._save_input_threshold()
+    else:
+        self._update_program()
+
+    # save out_threshold for quantized ops.
+    if not self.FLAG:
+        self._save_output_threshold()
+
+    if any(
+        op_type in self.quant_config.activation_quant_operation_types
+        for op_type in self._dynamic_quantize_op_type
+    ):
+        self._collect_dynamic_quantize_op_threshold(
+            self._dynamic_quantize_op_type
+        )
+
+    utils.move_persistable_var_to_global_block(self._program)
+
+    if not self._return_graph:
+        return self._program
+    else:
+        main_graph = IrGraph(core.Graph(self._program.desc), for_test=True)
+        return main_graph
+""",
 }
 
 
 def _make_fast_methods(ptq_module) -> dict[str, Callable]:
     utils = ptq_module.utils
+    tqdm = ptq_module.tqdm
+    IrGraph, core = ptq_module.IrGraph, ptq_module.core
 
-    def _sample_histogram(self):
+    def _histograms_from(self, read):
+        """``_sample_histogram``'s work on the activations ``read(var_name)`` returns."""
         todo = []
         for var_name in self._quantized_act_var_name:
-            var_tensor = _read_activation(self._scope, var_name, utils)
+            var_tensor = read(var_name)
             if (var_tensor.size == 0) or (var_name not in self._sampling_act_histogram):
                 self._zero_size_var_names.add(var_name)
                 continue
             todo.append((var_name, var_tensor))
-        hists = _abs_histograms([(t, self._sampling_act_histogram[name][1]) for name, t in todo])
+        hists = _abs_histograms_fast(
+            [(t, self._sampling_act_histogram[name][1]) for name, t in todo])
         for (var_name, _), hist in zip(todo, hists):
             self._sampling_act_histogram[var_name][0] += hist
+
+    def _sample_histogram(self):
+        _histograms_from(self, lambda name: _read_activation(self._scope, name, utils))
 
     def _collect_activation_abs_min_max(self):
         todo = []
@@ -484,8 +798,113 @@ def _make_fast_methods(ptq_module) -> dict[str, Callable]:
                 if max_value > self._sampling_act_abs_min_max[var_name][1]:
                     self._sampling_act_abs_min_max[var_name][1] = max_value
 
+    def quantize(self):
+        # Paddle 3.3's quantize(), but for KL/hist the preparation pass keeps each batch's
+        # activations (zero-copy: the scope hands its buffers over, see _keep_activations) within
+        # the memory budget, and the sampling pass histograms a kept batch instead of running the
+        # program on it again when the loader yields the very same feed (bitwise) for it.
+        self._load_model_data()
+        self._collect_target_varnames()
+        self._set_activation_persistable()
+
+        kept: dict = {}
+        if self._algo in ["KL", "hist"]:
+            budget = _keep_budget()
+            batch_id = 0
+            with tqdm(
+                total=self._batch_nums,
+                bar_format='Preparation stage, Run batch:|{bar}| {n_fmt}/{total_fmt}',
+                ncols=80,
+            ) as t:
+                for data in self._data_loader():
+                    self._executor.run(
+                        program=self._program,
+                        feed=data,
+                        fetch_list=self._fetch_list,
+                        return_numpy=False,
+                        scope=self._scope,
+                    )
+                    self._collect_activation_abs_min_max()
+                    entry = _keep_activations(self, data, budget, utils)
+                    if entry is not None:
+                        kept[batch_id] = entry
+                        budget -= entry[2]
+                    batch_id += 1
+                    t.update()
+                    if self._batch_nums and batch_id >= self._batch_nums:
+                        break
+            self._init_sampling_act_histogram()
+
+        batch_id = 0
+        with tqdm(
+            total=self._batch_nums,
+            bar_format='Sampling stage, Run batch:|{bar}| {n_fmt}/{total_fmt}',
+            ncols=80,
+        ) as t:
+            for data in self._data_loader():
+                entry = kept.pop(batch_id, None)
+                if entry is not None and _same_feed(entry[0], data):
+                    _histograms_from(self, entry[1].__getitem__)
+                else:
+                    self._executor.run(
+                        program=self._program,
+                        feed=data,
+                        fetch_list=self._fetch_list,
+                        return_numpy=False,
+                        scope=self._scope,
+                    )
+                    self._sampling()
+                del entry
+                batch_id += 1
+                t.update()
+                if self._batch_nums and batch_id >= self._batch_nums:
+                    break
+        kept.clear()
+
+        if self._algo == 'avg':
+            for var_name in self._quantized_act_var_name:
+                if var_name not in self._quantized_var_avg:
+                    continue
+                self._quantized_threshold[var_name] = np.array(
+                    self._quantized_var_avg[var_name]
+                ).mean()
+
+        if self._algo in ["KL", "hist"]:
+            self._calculate_kl_hist_threshold()
+
+        if self._round_type == 'adaround':
+            self._adaround_apply()
+
+        self._reset_activation_persistable()
+
+        if self._algo == 'min_max':
+            self._save_input_threshold()
+        else:
+            self._update_program()
+
+        # save out_threshold for quantized ops.
+        if not self.FLAG:
+            self._save_output_threshold()
+
+        if any(
+            op_type in self.quant_config.activation_quant_operation_types
+            for op_type in self._dynamic_quantize_op_type
+        ):
+            self._collect_dynamic_quantize_op_threshold(
+                self._dynamic_quantize_op_type
+            )
+
+        utils.move_persistable_var_to_global_block(self._program)
+
+        if not self._return_graph:
+            return self._program
+        else:
+            main_graph = IrGraph(core.Graph(self._program.desc), for_test=True)
+            return main_graph
+
     fns = {"_sample_histogram": _sample_histogram,
-           "_collect_activation_abs_min_max": _collect_activation_abs_min_max}
+           "_collect_activation_abs_min_max": _collect_activation_abs_min_max,
+           "quantize": quantize}
     for fn in fns.values():
         fn.__edgeforge_fast__ = True
     return fns
@@ -549,14 +968,18 @@ def cal_kl_threshold_fast(hist, bin_width, bits):
 
 
 # --------------------------------------------------------------------------- patching
-def install(sampling: bool = True) -> None:
+def install(sampling: bool = True, keep_bytes: int | None = None) -> None:
     """Make Paddle's PTQ use :func:`cal_kl_threshold_fast`; with ``sampling=True`` also its
-    KL/hist sampling stage (abs min/max and histograms) uses the fast, identical helpers.
-    Re-entrant; undone by :func:`uninstall`."""
-    global _install_depth
+    KL/hist sampling stage (abs min/max and histograms) uses the fast, identical helpers, and
+    the sampling pass reuses the preparation pass's activations instead of running the program
+    again, for as many batches as fit in ``keep_bytes`` (None: a quarter of the available memory;
+    0: always rerun, as Paddle does). Re-entrant (the outermost call's settings hold); undone
+    by :func:`uninstall`."""
+    global _install_depth, _keep_limit
     import importlib
 
     if _install_depth == 0:
+        _keep_limit = keep_bytes
         for name in _PATCH_SITES:
             try:
                 mod = importlib.import_module(name)
@@ -570,10 +993,15 @@ def install(sampling: bool = True) -> None:
         if sampling:
             ptq = importlib.import_module("paddle.static.quantization.post_training_quantization")
             cls = ptq.PostTrainingQuantization
-            for name, fast in _make_fast_methods(ptq).items():
-                current = cls.__dict__.get(name)
-                if current is not None and _source_matches(current, _ORIGINAL_SOURCES[name]):
-                    _original_methods[name] = current
+            fast_methods = _make_fast_methods(ptq)
+            current = {name: cls.__dict__.get(name) for name in fast_methods}
+            matches = {name: fn is not None and _source_matches(fn, _ORIGINAL_SOURCES[name])
+                       for name, fn in current.items()}
+            if not (matches["_sample_histogram"] and matches["_collect_activation_abs_min_max"]):
+                matches["quantize"] = False     # its kept batches go through our histogram path
+            for name, fast in fast_methods.items():
+                if matches[name]:
+                    _original_methods[name] = current[name]
                     setattr(cls, name, fast)
     _install_depth += 1
 
@@ -599,6 +1027,7 @@ def uninstall() -> None:
         if cls is not None and getattr(cls.__dict__.get(name), "__edgeforge_fast__", False):
             setattr(cls, name, fn)
     _original_methods.clear()
+    _plan_cache.clear()
 
 
 def installed() -> bool:
@@ -607,11 +1036,12 @@ def installed() -> bool:
 
 
 @contextlib.contextmanager
-def fast_kl(sampling: bool = True):
+def fast_kl(sampling: bool = True, keep_bytes: int | None = None):
     """Within the block, Paddle PTQ with ``algo="KL"`` picks thresholds with
     :func:`cal_kl_threshold_fast` and (``sampling=True``) collects its abs min/max and
-    histograms with the fast helpers; results are identical to Paddle's own."""
-    install(sampling=sampling)
+    histograms with the fast helpers and skips rerunning the program on batches it could keep
+    (``keep_bytes``, see :func:`install`); results are identical to Paddle's own."""
+    install(sampling=sampling, keep_bytes=keep_bytes)
     try:
         yield
     finally:

@@ -83,7 +83,8 @@ def float_counterpart(r: dict, results: list[dict]) -> tuple[dict | None, str]:
 
     Same model, target and backend, same device (name and stable fingerprint) and same runtime
     (name and version): otherwise the ratio would mix the quantization's effect with a runtime's
-    or a machine's. Among several, the newest (``created_at``), then the last given. Results
+    or a machine's. Those with the same ``settings.threads`` and ``settings.power_mode`` are
+    preferred (a sweep). Among several, the newest (``created_at``), then the last given. Results
     without a model name pair only when the device and target hold exactly one unnamed result of
     each precision.
     """
@@ -98,6 +99,10 @@ def float_counterpart(r: dict, results: list[dict]) -> tuple[dict | None, str]:
                          for x in floats})
         found = f"; found fp32 only on {', '.join(others)}, not comparable" if others else ""
         return None, f"no {FLOAT_PRECISION} result of {where} with the same device fingerprint and runtime{found}"
+    # a sweep holds fp32 runs at several thread counts / power modes: pair like with like when we can
+    alike = [x for x in usable if all((x.get("settings") or {}).get(k) == (r.get("settings") or {}).get(k)
+                                      for k in ("threads", "power_mode"))]
+    usable = alike or usable
     if model is None and (len(usable) > 1 or any(precision(x) == precision(r) for x in peers)):
         return None, (f"several unnamed results on {r['device']['name']}/{a['target']}: cannot tell which "
                       f"{FLOAT_PRECISION} result belongs to which model (results carry no name)")

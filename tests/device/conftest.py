@@ -208,3 +208,55 @@ def make_fleet(tmp_path):
     yield make
     for lab in made:
         lab.stop()
+
+
+# ---------------------------------------------------------------- more builds (session-wide)
+
+@pytest.fixture(scope="session")
+def fp32_build(builds, tmp_path_factory):
+    """digits for linux-x86, ONNX fp32 (export is a cache hit after ``builds``)."""
+    from edgeforge import api
+
+    res = api.build(builds.project, "linux-x86", precision="fp32", out=tmp_path_factory.mktemp("fp32") / "digits-fp32")
+    assert res.verify_status == "passed"
+    return res.out_dir
+
+
+SLOW_MODEL = '''"""DigitsNet doing several times the convolution work for the same answer: the feature
+extractor runs on REPEAT copies of the input, each nudged by a different tiny offset (so no
+common-subexpression pass can merge them), and the features are averaged. Same trained weights."""
+import paddle
+
+from model import DigitsNet
+
+REPEAT = 4
+
+
+class SlowDigitsNet(DigitsNet):
+    def forward(self, x):
+        feats = [self.features(x + 1e-6 * i) for i in range(REPEAT)]
+        x = paddle.add_n(feats) * (1.0 / REPEAT)
+        x = paddle.flatten(x, 1)
+        return self.classifier(x)
+'''
+
+
+@pytest.fixture(scope="session")
+def slow_build(builds, tmp_path_factory):
+    """A genuinely slower artifact: the digits project with a model that does ~4x the convolution
+    work (same weights, same answers), built for linux-x86 like ``builds.onnx`` (ONNX INT8)."""
+    import shutil
+
+    from edgeforge import api
+
+    root = tmp_path_factory.mktemp("slow") / "digits-slow"
+    shutil.copytree(builds.project, root, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "slow.py").write_text(SLOW_MODEL)
+    toml = (root / "edgeforge.toml").read_text()
+    toml = toml.replace('name = "digits"', 'name = "digits-slow"', 1)
+    toml = toml.replace('factory = "model:DigitsNet"', 'factory = "slow:SlowDigitsNet"', 1)
+    assert "slow:SlowDigitsNet" in toml
+    (root / "edgeforge.toml").write_text(toml)
+    res = api.build(root, "linux-x86", out=root.parent / "build")
+    assert res.verify_status == "passed" and res.manifest["precision"] == "int8"
+    return res.out_dir

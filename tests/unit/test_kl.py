@@ -250,6 +250,63 @@ def test_abs_histogram_degenerate_edges():
     assert np.array_equal(K.abs_histogram(y, uneven), np.histogram(y, bins=uneven)[0])
 
 
+def test_paddle_kernel_histogram_matches_numpy():
+    """Paddle's C++ histogram kernel, where _kernel_plan accepts it, gives np.histogram's counts:
+    PTQ-style edges from float32 |min|..|max| (tiny and zero minimums, narrow and wide ranges),
+    values placed on / next to every edge, outside values, NaN, -0.0."""
+    assert K._kernel_ok()
+    rng = np.random.default_rng(17)
+    used = 0
+    for trial in range(48):
+        size = int(rng.choice([5, 3000, 300_000, 700_000]))        # > _PD_BLOCK: several calls
+        kind = trial % 6
+        x = (rng.standard_normal(size) * rng.uniform(1e-3, 50)).astype(np.float32)
+        if kind == 1:
+            x = np.maximum(x, 0)                                   # ReLU: e0 == 0, many zeros
+        elif kind == 2:
+            x = np.clip(x, 0, 6).astype(np.float32)                # ReLU6: mass on the last edge
+        elif kind == 3:
+            x = x + np.float32(rng.uniform(-50, 50))               # e0 > 0, not tiny
+        elif kind == 4:
+            x[0] = np.float32(rng.uniform(1e-12, 1e-8))            # tiny e0 > 0 (signed layers)
+        ax = np.abs(x)
+        n = int(rng.choice([2048, 2048, 1000, 64]))
+        lo, hi = float(ax.min()), float(ax.max())
+        if kind == 5:                                              # PTQ: edges from other batches
+            lo, hi = float(np.float32(lo * 1.5 + 1e-3)), float(np.float32(hi * 0.8))
+        _, edges = np.histogram([], bins=n, range=(lo, hi))
+        if size > 10 and kind != 2:
+            t = K._f32_ceil(edges)
+            k = rng.integers(0, n + 1, min(size // 3, 4000))
+            v = np.where(rng.random(k.size) < 0.5, t[k], np.nextafter(t[k], np.float32(-np.inf)))
+            x[:k.size] = v * np.where(rng.random(k.size) < 0.5, 1, -1).astype(np.float32)
+            x[-1] = np.float32(-0.0)
+            if trial % 4 == 0:
+                x[-2] = np.nan
+        used += K._kernel_plan(x, edges) is not None
+        want = np.histogram(np.abs(x), bins=edges)[0]
+        before = x.copy()
+        got = K._abs_histograms_fast([(x, edges)])[0]
+        assert got.dtype == want.dtype and np.array_equal(got, want), trial
+        assert np.array_equal(x, before, equal_nan=True)
+    assert used >= 40                                   # the kernel path is what was tested
+
+
+def test_kernel_plan_refuses_what_it_cannot_prove():
+    x = np.linspace(0, 1, 100, dtype=np.float32)
+    _, edges = np.histogram([], bins=2048, range=(0.0, 1.0))
+    assert K._kernel_plan(x, edges) is not None
+    assert K._kernel_plan(x.astype(np.float64), edges) is None          # float64 data
+    _, e = np.histogram([], bins=2048, range=(0.0, 0.1))                # 0.1: not a float32
+    assert K._kernel_plan(x, e) is None
+    assert K._kernel_plan(x, np.r_[0.0, np.cumsum(np.linspace(1, 2, 64))]) is not None \
+        or True                                                          # uneven: either way exact
+    bad = edges.copy()
+    bad[1000] = np.nextafter(bad[1000], 2.0) + 1e-7                    # an edge moved: refused
+    assert K._kernel_plan(x, bad) is None
+    assert np.array_equal(K._abs_histograms_fast([(x, bad)])[0], np.histogram(x, bins=bad)[0])
+
+
 def test_abs_min_max_matches_numpy():
     rng = np.random.default_rng(9)
     for trial in range(100):
