@@ -32,12 +32,21 @@ to the reference implementation unchanged. Paddle's PTQ passes int64 counts: alw
 
 Once the search is fast, KL PTQ time goes to the sampling stage. Paddle's
 ``_sample_histogram`` calls ``np.histogram(np.abs(t), bins=edges)`` with an *array* of edges,
-which numpy serves by sorting every 65536-element block, and both sampling passes copy every
-activation out of the scope. :func:`abs_histogram` gives the same int64 counts with an O(1)
-bin estimate per element, corrected against the float32 images of the edges, on a small
-thread pool; activations are read as zero-copy DLPack views. :func:`fast_kl` installs these
-in ``PostTrainingQuantization._sample_histogram`` and ``_collect_activation_abs_min_max``
-(only while their source is the Paddle 3.3 one they mirror).
+which numpy serves by sorting every 65536-element block, both sampling passes copy every
+activation out of the scope, and the second pass runs the whole program again on the same
+batches. :func:`fast_kl` replaces, in ``PostTrainingQuantization`` (only while their source is
+the Paddle 3.3 one they mirror):
+
+* ``_sample_histogram``: the counts come from Paddle's own C++ ``histogram`` kernel run on
+  float64 copies of |x| (block by block), where :func:`_kernel_plan` proves, edge by edge with
+  the kernel's double arithmetic, that its bins are numpy's for every float32 input (a one-time
+  probe checks the installed binary); otherwise :func:`abs_histogram`, a numpy kernel with an
+  O(1) bin estimate corrected against the float32 images of the edges. Same int64 counts.
+* ``_collect_activation_abs_min_max``: the same floats, without a full |x| copy.
+* ``quantize``: the preparation pass keeps each batch's activations (the scope hands its buffers
+  over, zero-copy; bounded by ``keep_bytes``) and the sampling pass histograms a kept batch
+  instead of running the program again, when the loader yields a bitwise-equal feed for it.
+  Activations are read as zero-copy DLPack views throughout.
 """
 from __future__ import annotations
 

@@ -352,49 +352,103 @@ def _tiny_model(tmp_path):
     return tmp_path / "fp32"
 
 
-def _ptq(model_dir, out_dir, batches, **kw):
+def _ptq(model_dir, out_dir, batches, runs=None, **kw):
+    """KL PTQ of ``model_dir``. ``batches``: a list, or a callable giving the list for the
+    loader's k-th call (k = 0, 1, ...). ``runs``: a list that gets one entry per program run."""
     import paddle
     from paddle.static.quantization import PostTrainingQuantization
 
     paddle.enable_static()
     scope = paddle.static.Scope()
     exe = paddle.static.Executor(paddle.CPUPlace())
+    if runs is not None:
+        run = exe.run
+        exe.run = lambda *a, **k: (runs.append(1), run(*a, **k))[1]
+    calls = []
+
+    def loader():
+        data = batches(len(calls)) if callable(batches) else batches
+        calls.append(1)
+        return ({"x": b} for b in data)
+
+    n = len(batches(0) if callable(batches) else batches)
     with paddle.static.scope_guard(scope), paddle.utils.unique_name.guard():
         ptq = PostTrainingQuantization(
             executor=exe, scope=scope, model_dir=str(model_dir),
             model_filename="model.pdmodel", params_filename="model.pdiparams",
-            data_loader=lambda: ({"x": b} for b in batches), batch_nums=len(batches),
-            algo="KL", onnx_format=False, **kw)
+            data_loader=loader, batch_nums=n, algo="KL", onnx_format=False, **kw)
         ptq.quantize()
         ptq.save_quantized_model(str(out_dir), model_filename="model.pdmodel",
                                  params_filename="model.pdiparams")
     return dict(ptq._quantized_var_threshold)
 
 
-def test_fast_kl_ptq_gives_the_same_scales_and_unpatches(tmp_path):
+_METHODS = ("_sample_histogram", "_collect_activation_abs_min_max", "quantize")
+
+
+@pytest.fixture(scope="module")
+def ptq_setup(tmp_path_factory):
+    """The tiny model, calibration data (fixed, or other data on each loader call), and Paddle's
+    own KL PTQ result per data kind (computed once: its threshold search is the slow part)."""
+    base = tmp_path_factory.mktemp("kl_ptq")
     rng = np.random.default_rng(0)
     batches = [rng.standard_normal((4, 3, 8, 8)).astype(np.float32) for _ in range(3)]
-    model_dir = _tiny_model(tmp_path)
+    data = {"same": batches,                             # e.g. random augmentation per epoch:
+            "new": lambda call: [b * np.float32(1 + 0.5 * call) for b in batches]}
+    model_dir = _tiny_model(base)
+    reference = {}
+
+    def get(kind):
+        if kind not in reference:
+            runs = []                                    # (model loading runs it too)
+            scales = _ptq(model_dir, base / f"slow_{kind}", data[kind], runs=runs)
+            reference[kind] = (scales, _saved_model_summary(base / f"slow_{kind}"), len(runs))
+        return reference[kind]
+
+    return model_dir, data, get
+
+
+@pytest.mark.parametrize("case", ["keep", "rerun", "new_data_each_call", "small_budget"])
+def test_fast_kl_ptq_gives_the_same_scales_and_unpatches(tmp_path, monkeypatch, ptq_setup, case):
+    """Same thresholds and saved model as Paddle's own KL PTQ, whether the sampling pass reuses
+    the kept activations (default), reruns the program (keep_bytes=0), gets other data from the
+    loader than the preparation pass did (must rerun), or can keep only some batches."""
+    model_dir, data, reference = ptq_setup
+    kind = "new" if case == "new_data_each_call" else "same"
+    keep_bytes = 0 if case == "rerun" else None
+    if case == "small_budget":                           # room for the 2nd batch only
+        sizes = []
+        keep = K._keep_activations
+        monkeypatch.setattr(K, "_keep_activations", lambda self, d, budget, u: (
+            sizes.append(1), keep(self, d, budget if len(sizes) == 2 else 0, u))[1])
+    kernel_calls = []
+    kernel = K._kernel_histograms
+    monkeypatch.setattr(K, "_kernel_histograms", lambda items: (kernel_calls.append(len(items)),
+                                                                kernel(items))[1])
     cls = ptq_mod.PostTrainingQuantization
     originals = (ptq_mod.cal_kl_threshold, ref_mod.cal_kl_threshold,
-                 cls.__dict__["_sample_histogram"], cls.__dict__["_collect_activation_abs_min_max"])
+                 *(cls.__dict__[m] for m in _METHODS))
     assert originals[0] is REFERENCE and originals[1] is REFERENCE
 
-    with K.fast_kl():
+    runs = []
+    with K.fast_kl(keep_bytes=keep_bytes):
         assert ptq_mod.cal_kl_threshold is K.cal_kl_threshold_fast
         assert ref_mod.cal_kl_threshold is K.cal_kl_threshold_fast
-        assert cls.__dict__["_sample_histogram"] is not originals[2]      # source matched
-        assert cls.__dict__["_collect_activation_abs_min_max"] is not originals[3]
-        fast = _ptq(model_dir, tmp_path / "fast", batches)
-    assert (ptq_mod.cal_kl_threshold, ref_mod.cal_kl_threshold, cls.__dict__["_sample_histogram"],
-            cls.__dict__["_collect_activation_abs_min_max"]) == originals
+        for method, original in zip(_METHODS, originals[2:]):
+            assert cls.__dict__[method] is not original, method          # source matched
+        fast = _ptq(model_dir, tmp_path / "fast", data[kind], runs=runs)
+    assert (ptq_mod.cal_kl_threshold, ref_mod.cal_kl_threshold,
+            *(cls.__dict__[m] for m in _METHODS)) == originals
     assert not K.installed()
+    assert sum(kernel_calls) >= 3 * 4                    # Paddle's kernel made the histograms
 
-    slow = _ptq(model_dir, tmp_path / "slow", batches)
+    slow, slow_summary, slow_runs = reference(kind)
+    skipped = {"keep": 3, "rerun": 0, "new_data_each_call": 0, "small_budget": 1}[case]
+    assert slow_runs - len(runs) == skipped              # sampling-pass reruns avoided
     assert fast.keys() == slow.keys() and len(fast) >= 4
     for name in slow:
         assert np.array_equal(np.asarray(fast[name]), np.asarray(slow[name])), name
-    assert _saved_model_summary(tmp_path / "fast") == _saved_model_summary(tmp_path / "slow")
+    assert _saved_model_summary(tmp_path / "fast") == slow_summary
 
 
 def _saved_model_summary(model_dir):
