@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from zoo_common import (_T0, ARCHS, CALIBRATION_CROPS, COLUMNS, EVALUATION_CROPS, RESULTS, TABLE, Cell,
-                        ZooProject, input_size, render_table)
+from zoo_common import (_T0, ARCHS, CALIBRATION_CROPS, COLUMNS, EVALUATION_CROPS, NOISE, RESULTS, TABLE,
+                        Cell, ZooProject, input_size, noise_cosine, render_table)
 
 os.environ["FLAGS_enable_pir_api"] = "0"
 
@@ -45,6 +45,7 @@ def zoo_project(request, zoo_root) -> ZooProject:
     root = vision_project(base / "project", arch, calib=CALIBRATION_CROPS, evaluation=EVALUATION_CROPS,
                           size=size, seed=0, init="calibrated")
     proj = ZooProject(arch, root, base / "cache", base / "builds", size)
+    NOISE[arch] = noise_cosine(root, arch)
     yield proj
     # vgg16's cache alone is several GB; keep only the project (for a rerun by hand)
     shutil.rmtree(proj.cache, ignore_errors=True)
