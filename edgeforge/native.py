@@ -96,11 +96,18 @@ def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log
     if result is not None and result[0] == "ok" and code == 0:
         return result[1]
     ops = ops_in_log(log)
-    if not ops and suspects is not None:
+    known: list[str] = []
+    if suspects is not None:
         try:
-            ops = suspects()
+            known = suspects()          # "op (remedy)" from the pre-flight check
         except Exception:  # noqa: BLE001 - naming suspects is best effort
-            ops = []
+            known = []
+    if ops:
+        # the log named the op: attach the pre-flight remedy where there is one
+        by_op = {k.split(" ", 1)[0]: k for k in known}
+        ops = [by_op.get(op, op) for op in ops]
+    else:
+        ops = known
     op_note = f" at op {'; '.join(ops[:3])}" if ops else ""
     if result is not None and result[0] == "error":   # a Python exception inside the child
         raise PassError(pass_name, f"{what} failed{op_note}: {result[1].splitlines()[0][:300]}",
