@@ -70,3 +70,12 @@ def test_lite_path_fallback_meets_budget_on_simulated_int8(outlier_project, tmp_
     assert m["keep_float"] == ab["keep_float"] and all(name.endswith(".w_0") for name in m["keep_float"])
     assert ab["cost"]["size_bytes"] == m["artifact"]["size_bytes"] > ab["cost"]["size_bytes_int8"]
     assert m["verify"]["status"] == "device-only"
+
+
+def test_calibration_search_tries_each_algorithm_and_keeps_the_best(digits_project, tmp_path):
+    m = api.build(digits_project, "jetson-orin", out=tmp_path / "s", calibration_search=True).manifest
+    tried = {r["algo"]: r for r in m["calibration_search"]}
+    assert set(tried) == {"KL", "hist", "mse", "avg"}
+    best = min(tried.values(), key=lambda r: (round(r["accuracy_drop"], 6), -r["cosine"]))
+    assert m["quantization"]["algo"] == best["algo"]
+    assert m["verify"]["status"] == "passed"
