@@ -48,6 +48,7 @@ test: venv
 	$(BIN)/pytest -q
 
 test-slow: venv
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	$(BIN)/pytest -q -m slow
 
 test-zoo: venv
