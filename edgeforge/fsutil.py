@@ -2,12 +2,24 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+
+def json_safe(obj: Any) -> Any:
+    """NaN and infinities are not JSON: they become null (recursively)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .cache import Cache, digest_files, digest_tree, sha256_json
+from .cache import Cache, digest_files, sha256_json
 from .errors import EdgeforgeError, PassError
 from .passes.base import Artifact, Pass, PassContext
 
@@ -99,7 +99,3 @@ class Pipeline:
             records.append(StepRecord(p.name, p.version, cache_hit, seconds, key))
             emit(p.name, "done", {"cache_hit": cache_hit, "seconds": seconds})
         return current, records
-
-
-def digest_artifact_dir(path: Path) -> str:
-    return digest_tree(path)

@@ -490,44 +490,26 @@ def cmd_devices(args) -> int:
     return EXIT_OK
 
 
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise ConfigError(f"expected seconds, not {text!r}") from None
-    if v <= 0:
-        raise ConfigError(f"expected seconds > 0, not {text!r}")
-    return v
+def _number(cast, what: str, allow_zero: bool):
+    """An argparse type: a number of ``cast`` that is > 0 (or >= 0), else a one-line ConfigError."""
+    bound = ">= 0" if allow_zero else "> 0"
+
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            raise ConfigError(f"expected {what}, not {text!r}") from None
+        if v < 0 or (v == 0 and not allow_zero):
+            raise ConfigError(f"expected {what} {bound}, not {text!r}")
+        return v
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise ConfigError(f"expected a count, not {text!r}") from None
-    if v <= 0:
-        raise ConfigError(f"expected a count > 0, not {text!r}")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise ConfigError(f"expected seconds, not {text!r}") from None
-    if v < 0:
-        raise ConfigError(f"expected seconds >= 0, not {text!r}")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise ConfigError(f"expected a count, not {text!r}") from None
-    if v < 0:
-        raise ConfigError(f"expected a count >= 0, not {text!r}")
-    return v
+_positive_float = _number(float, "seconds", allow_zero=False)
+_positive_int = _number(int, "a count", allow_zero=False)
+_nonneg_float = _number(float, "seconds", allow_zero=True)
+_nonneg_int = _number(int, "a count", allow_zero=True)
 
 
 def _add_bench_flags(p, device: bool = True) -> None:

@@ -44,7 +44,7 @@ class LegalizePass(Pass):
 
 
 @register
-class LegalizeInt8Pass(Pass):
+class LegalizeInt8Pass(LegalizePass):
     """PTQ saves with clip_extra=True, which strips again the attributes legalize added
     (relu6 threshold, ...). Re-legalize the quantized program, and the float and plain-INT8
     programs the quantize pass keeps beside it, before they reach the converter."""
@@ -53,10 +53,6 @@ class LegalizeInt8Pass(Pass):
     version = 1
     consumes = frozenset({PADDLE_INT8})
     produces = PADDLE_INT8
-    Config = LegalizeConfig
-
-    def target_facts(self, ctx: PassContext):
-        return {"backend": self.config.backend, "valid_targets": self.config.valid_targets}
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         from . import legalize

@@ -1,7 +1,6 @@
 """convert.onnx: paddle2onnx to ``model.onnx`` (in a child process), then optional fp16."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from ..errors import PassError
@@ -67,8 +66,3 @@ class OnnxFp16Pass(Pass):
         half = convert_float_to_float16(model, keep_io_types=self.config.keep_io_types)
         onnx.save(half, str(out_dir / "model.onnx"))
         return dict(inp.meta, precision="fp16")
-
-
-def copy_artifact(src: Path, dst: Path) -> None:
-    for p in src.iterdir():
-        (shutil.copytree if p.is_dir() else shutil.copy2)(p, dst / p.name)

@@ -7,11 +7,11 @@ atomically (see :mod:`._io`).
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from pathlib import Path
 
 from .. import __version__
 from ..errors import ConfigError
+from ..fsutil import json_safe
 from ._io import write_files_atomic
 from .compare import ALPHA, MIN_CHANGE, compare
 from .keys import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
@@ -35,7 +35,7 @@ def write_report(result_files: list[Path], out_dir: Path) -> dict:
     skipped: list[dict] = []
     loaded = load_results(result_files, on_skip=lambda path, why: skipped.append({"source": str(path), "reason": why}))
     results = [r for _, r in loaded]
-    summary = _json_safe(build_summary(loaded, skipped))
+    summary = json_safe(build_summary(loaded, skipped))
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"the report directory {out} is a file")
@@ -44,17 +44,6 @@ def write_report(result_files: list[Path], out_dir: Path) -> dict:
                         paths["html"]: render_html(summary, results),
                         paths["summary_json"]: json.dumps(summary, indent=2, allow_nan=False) + "\n"})
     return {**paths, "summary": summary}
-
-
-def _json_safe(obj):
-    """NaN and infinities (which a result file may carry) become null: summary.json is strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
 
 
 def build_summary(loaded: list[tuple[Path, dict]], skipped: list[dict] | None = None) -> dict:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import re
 import tempfile
 from pathlib import Path
 
 from ..errors import ResultError
+from ..fsutil import json_safe
 
 SCHEMA = "edgeforge.bench/1"
 STATUSES = ("ok", "incomplete")
@@ -98,21 +98,10 @@ def result_filename(result: dict) -> str:
     return name + ".json"
 
 
-def _finite(obj):
-    """NaN and infinities are not JSON: they become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def write_result(results_dir: str | os.PathLike, result: dict) -> Path:
     """Write ``result`` under ``results_dir`` atomically; never overwrite an existing file."""
     validate(result)
-    result = _finite(result)
+    result = json_safe(result)
     d = Path(results_dir)
     d.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".result.", suffix=".tmp", dir=d)
