@@ -139,6 +139,123 @@ def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64,
     return root
 
 
+# digits_project: paddle.vision architectures trained briefly on sklearn's digits.
+DIGITS_RESOLUTION = {"alexnet": 224, "googlenet": 224, "inception_v3": 75}   # fixed-size heads / minimum
+DIGITS_DEFAULT_RESOLUTION = 32
+# (steps, batch, Adam learning rate): a short run that fits the zoo suite's time on 2 cores; the
+# nets without BatchNorm (alexnet, vgg16, squeezenet) need a lower rate.
+TRAIN_RECIPE = {"*": (100, 32, 1e-3), "resnet50": (60, 32, 1e-3), "resnext50_32x4d": (60, 32, 1e-3),
+                "wide_resnet50_2": (40, 16, 1e-3), "inception_v3": (60, 32, 1e-3),
+                "vgg16": (40, 16, 1e-4), "alexnet": (30, 16, 1e-4), "googlenet": (30, 16, 1e-3),
+                "squeezenet1_0": (120, 32, 3e-4), "squeezenet1_1": (120, 32, 3e-4)}
+
+
+def digits_resolution(arch: str) -> int:
+    """The smallest input the architecture takes, or 32: alexnet's and googlenet's classifiers
+    are sized for 224x224 (no adaptive pooling before them), inception_v3 needs 75x75."""
+    return DIGITS_RESOLUTION.get(arch, DIGITS_DEFAULT_RESOLUTION)
+
+
+def digits_images(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's 1797 handwritten digits (real 8x8 scans), bilinear-upsampled to ``size``,
+    grey replicated to 3 channels, normalised to about zero mean and unit spread; and labels."""
+    import paddle
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = paddle.nn.functional.interpolate(paddle.to_tensor((d.images / 16.0).astype("float32")[:, None]),
+                                         size=(size, size), mode="bilinear").numpy()
+    return ((np.repeat(x, 3, 1) - 0.5) / 0.25).astype("float32"), d.target.astype("int64")
+
+
+def train_on_digits(layer, x: np.ndarray, y: np.ndarray, steps: int, batch: int, lr: float, seed: int = 0) -> dict:
+    """A short real training run: Adam on cross-entropy (every head of a multi-output net, e.g.
+    googlenet's auxiliaries), then the BatchNorm running statistics are re-measured on 128
+    training images (BatchNorm in training mode, momentum 0, everything else in eval mode).
+    Returns the last loss and the seconds spent."""
+    import paddle
+
+    rng = np.random.default_rng(seed)
+    opt = paddle.optimizer.Adam(learning_rate=lr, parameters=layer.parameters())
+    t0 = time.perf_counter()
+    layer.train()
+    loss = None
+    for _ in range(steps):
+        b = rng.integers(0, len(x), batch)
+        out = layer(paddle.to_tensor(x[b]))
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        loss = sum(paddle.nn.functional.cross_entropy(o, paddle.to_tensor(y[b])) for o in outs)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+    bns = _batch_norm_layers(layer)
+    layer.eval()
+    for bn in bns:
+        bn._momentum = 0.0
+        bn.train()
+    with paddle.no_grad():
+        layer(paddle.to_tensor(x[:128]))
+    for bn in bns:
+        bn._momentum = 0.9
+    layer.eval()
+    return {"loss": float(loss) if loss is not None else None, "seconds": time.perf_counter() - t0}
+
+
+def digits_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64, size: int | None = None,
+                   seed: int = 0) -> tuple[Path, dict]:
+    """A model project for a paddle.vision architecture with a 10-class head, trained briefly
+    on sklearn's digits (``TRAIN_RECIPE``), for checks that need a trained network: random
+    weights make deep BatchNorm nets chaotic (any perturbation is amplified on its way to the
+    logits), so an INT8-vs-float cosine measured on them says little.
+
+    Data: 1797 digits, shuffled (seed); the last ``evaluation`` are the evaluation set (no
+    labels in eval.npz, so builds judge INT8 by cosine; the labels go to data/labels.npy for
+    accuracy figures), the ``calib`` before them the calibration set, the rest training data.
+    Returns the project root and facts (resolution, training loss and time, float accuracy)."""
+    import paddle
+    from paddle.vision import models
+
+    size = size or digits_resolution(arch)
+    x, y = digits_images(size)
+    order = np.random.default_rng(seed).permutation(len(x))
+    ev, cal, train = order[-evaluation:], order[-evaluation - calib:-evaluation], order[:-evaluation - calib]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "data").mkdir(exist_ok=True)
+    (root / "model.py").write_text(textwrap.dedent(f"""
+        import paddle
+        from paddle.vision import models
+
+        def build():
+            return getattr(models, "{arch}")(pretrained=False, num_classes=10)
+        """))
+    (root / "edgeforge.toml").write_text(textwrap.dedent(f"""
+        name = "{arch}"
+        [model]
+        factory = "model:build"
+        weights = "weights.pdparams"
+        [[model.inputs]]
+        name = "x"
+        shape = [-1, 3, {size}, {size}]
+        dtype = "float32"
+        [data]
+        calibration = "data/calib.npz"
+        evaluation = "data/eval.npz"
+        """))
+    paddle.seed(seed)
+    layer = getattr(models, arch)(pretrained=False, num_classes=10)
+    steps, batch, lr = TRAIN_RECIPE.get(arch, TRAIN_RECIPE["*"])
+    facts = train_on_digits(layer, x[train], y[train], steps=steps, batch=batch, lr=lr, seed=seed)
+    with paddle.no_grad():
+        out = layer(paddle.to_tensor(x[ev]))
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    facts.update(size=size, steps=steps, batch=batch, lr=lr, float_accuracy=float(np.mean(out.numpy().argmax(1) == y[ev])))
+    paddle.save(layer.state_dict(), str(root / "weights.pdparams"))
+    np.savez(root / "data/calib.npz", x=x[cal])
+    np.savez(root / "data/eval.npz", x=x[ev])
+    np.save(root / "data/labels.npy", y[ev])
+    return root, facts
+
+
 def p50_ms(model_path: Path, feeds: dict, threads: int = 2, runs: int = 50, warmups: int = 10) -> float:
     import onnxruntime as ort
 

@@ -49,7 +49,7 @@ def project_artifact(project: Project):
 def plan_passes(project: Project, target: TargetProfile, backend: str, precision: str,
                 algo: str | None = None, keep_float: list[str] | None = None,
                 max_accuracy_drop: float | None = None, calibration_search: bool = False,
-                float_fallback: bool = True, legalize: bool = True):
+                float_fallback: bool = True, legalize: bool = True, min_cosine: float | None = None):
     from .passes.export import ExportPass
     from .passes.legalize_pass import LegalizeInt8Pass, LegalizePass
     from .passes.lite import LiteConvertPass
@@ -63,6 +63,7 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
                        per_channel_weights=q.per_channel_weights,
                        keep_float=list(keep_float if keep_float is not None else q.keep_float),
                        max_accuracy_drop=q.max_accuracy_drop if max_accuracy_drop is None else max_accuracy_drop,
+                       min_cosine=q.min_cosine if min_cosine is None else min_cosine,
                        calibration_search=calibration_search, float_fallback=float_fallback,
                        data_digest=_digest_or_empty(project.path(project.spec.data.calibration)),
                        eval_digest=_digest_or_empty(project.path(project.spec.data.evaluation)))
@@ -86,6 +87,7 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
     passes.append(VerifyPass(VerifyPass.Config(
         host_runnable=bcfg.host_runnable,
         max_accuracy_drop=q.max_accuracy_drop if max_accuracy_drop is None else max_accuracy_drop,
+        min_cosine=q.min_cosine if min_cosine is None else min_cosine,
         data_digest=sha256_file(eval_path) if eval_path.is_file() else "")))
     return passes
 
@@ -130,7 +132,8 @@ def toolchain_versions() -> dict:
 def build(project_dir: str | Path, target: str, *, out: str | Path | None = None, precision: str | None = None,
           backend: str | None = None, no_cache: bool = False, cache_dir: str | Path | None = None,
           algo: str | None = None, max_accuracy_drop: float | None = None, calibration_search: bool = False,
-          float_fallback: bool = True, legalize: bool = True, on_event: Event | None = None, log: Log | None = None) -> BuildResult:
+          float_fallback: bool = True, legalize: bool = True, min_cosine: float | None = None,
+          on_event: Event | None = None, log: Log | None = None) -> BuildResult:
     """Build PROJECT for TARGET. Returns the output directory and its manifest.
 
     Raises ConfigError (bad input) or PassError (a pass failed). The output directory is
@@ -149,7 +152,7 @@ def build(project_dir: str | Path, target: str, *, out: str | Path | None = None
     source = project_artifact(project)
     passes = plan_passes(project, profile, backend, precision, algo=algo, max_accuracy_drop=max_accuracy_drop,
                          calibration_search=calibration_search, float_fallback=float_fallback,
-                         legalize=legalize)
+                         legalize=legalize, min_cosine=min_cosine)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
     cache = Cache(cache_dir, enabled=not no_cache)
     with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:

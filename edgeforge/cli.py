@@ -69,7 +69,7 @@ def cmd_build(args) -> int:
                            backend=args.backend, no_cache=args.no_cache, algo=args.calibration,
                            max_accuracy_drop=args.max_accuracy_drop, calibration_search=args.calibration_search,
                            float_fallback=not args.no_fallback, legalize=not args.no_legalize,
-                           on_event=on_event, log=log)
+                           min_cosine=args.min_cosine, on_event=on_event, log=log)
     print_build_summary(result.manifest, result.out_dir)
     if result.verify_status == "failed":
         err.print(f"error: verify failed: {result.manifest['verify'].get('reason')}; "
@@ -119,16 +119,26 @@ def print_build_summary(m: dict, out_dir) -> None:
     if applied:
         con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied))
     ab = m.get("accuracy_budget")
-    if ab and ab.get("keep_float"):
+    if ab and len(ab.get("attempts") or []) > 1:
+        def fig(r):
+            return (f"drop {r['accuracy_drop']:.2f} points" if ab.get("criterion", "accuracy_drop") == "accuracy_drop"
+                    else f"cosine {r['cosine']:.4f}")
+        first = ab["attempts"][0]
+        msg = (f"accuracy budget ({ab.get('describe') or ab['budget_points']}): plain INT8 ({first['algo']}) "
+               f"{fig(ab['initial'])}; {ab['algo']} calibration, {len(ab['keep_float'])} of "
+               f"{ab.get('quantizable_layers') or '?'} layer(s) in float -> {fig(ab['final'])}")
+        if ab["keep_float"]:
+            shown = ", ".join(ab["keep_float"][:6]) + (", …" if len(ab["keep_float"]) > 6 else "")
+            msg += f" ({shown})"
         cost = ab.get("cost") or {}
-        msg = (f"accuracy budget {ab['budget_points']} points: plain INT8 dropped {ab['initial_drop']:.2f}, "
-               f"kept {len(ab['keep_float'])} layer(s) in float ({', '.join(ab['keep_float'])}) -> drop {ab['final_drop']:.2f}")
         if cost and cost.get("p50_ms") is None:
             msg += f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB ({cost['latency_note']})"
         elif cost:
             msg += (f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB, p50 {cost['p50_ms_int8']:.3f} -> "
                     f"{cost['p50_ms']:.3f} ms ({cost['latency_note']})")
-        con.print(msg if ab["met"] else f"[red]{msg} — budget still missed[/red]")
+        from rich.markup import escape
+
+        con.print(escape(msg) if ab["met"] else f"[red]{escape(msg)} — budget still missed[/red]")
     elif m.get("keep_float"):
         con.print("kept in float: " + ", ".join(m["keep_float"]))
     if m.get("calibration_search"):
@@ -214,6 +224,22 @@ def cmd_cache(args) -> int:
     return EXIT_OK
 
 
+def _points(text: str) -> float:
+    from .device.cli import _number
+
+    return _number(float, "accuracy points", allow_zero=True)(text)
+
+
+def _cosine(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ConfigError(f"--min-cosine: expected a cosine in (0, 1], not {text!r}") from None
+    if not 0 < v <= 1:
+        raise ConfigError(f"--min-cosine: expected a cosine in (0, 1], not {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="edgeforge", description="Compile trained Paddle models for edge devices, bench them there.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -227,7 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--precision", choices=["int8", "fp16", "fp32"])
     b.add_argument("--backend", choices=["lite", "onnx"], help="override the target's default backend")
     b.add_argument("--calibration", choices=["KL", "hist", "mse", "avg", "abs_max"], help="calibration algorithm")
-    b.add_argument("--max-accuracy-drop", type=float, help="accuracy budget in points (default: the target's)")
+    b.add_argument("--max-accuracy-drop", type=_points, metavar="POINTS",
+                   help="INT8 budget in accuracy points, when the evaluation set has labels (default: the target's)")
+    b.add_argument("--min-cosine", type=_cosine, metavar="C",
+                   help="INT8 budget without labels: worst-output cosine against float (default: the target's, 0.99)")
     b.add_argument("--calibration-search", action="store_true",
                    help="try KL, hist, mse and avg calibration; keep the best on the evaluation set")
     b.add_argument("--no-fallback", action="store_true",

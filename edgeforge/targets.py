@@ -61,7 +61,8 @@ class Quantization(Strict):
     batch_size: int = Field(default=32, gt=0)
     per_channel_weights: bool = True
     keep_float: list[str] = []              # layer (op output) names kept in float
-    max_accuracy_drop: float = Field(default=1.0, ge=0)  # points of accuracy
+    max_accuracy_drop: float = Field(default=1.0, ge=0)  # points of accuracy (evaluation set with labels)
+    min_cosine: float = Field(default=0.99, gt=0, le=1)   # worst-output cosine (evaluation set without labels)
 
 
 class Runtime(Strict):

@@ -31,6 +31,7 @@ class QuantConfig(PassConfig):
     per_channel_weights: bool = True
     keep_float: list[str] = []
     max_accuracy_drop: Optional[float] = None   # points; None = no budget loop in this pass
+    min_cosine: float = Field(0.99, gt=0, le=1)  # the budget when the evaluation set has no labels
     calibration_search: bool = False
     float_fallback: bool = True                 # keep sensitive layers in float to meet the budget
     data_digest: str = ""           # sha256 of the calibration file: new data, new cache key
@@ -83,7 +84,7 @@ def _fast_kl():
 @register
 class PaddlePTQPass(Pass):
     name = "quantize.ptq"
-    version = 1
+    version = 2
     consumes = frozenset({PADDLE_FLOAT})
     produces = PADDLE_INT8
     Config = QuantConfig
@@ -113,8 +114,7 @@ class PaddlePTQPass(Pass):
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         from ..paddle_env import paddle_inference
-        from ..quant.budget import accuracy_drop, fit_budget, paddle_rank
-        from ..runner import edgeforge_runner as runner
+        from ..quant.budget import paddle_layers, paddle_rank
 
         cfg: QuantConfig = self.config
         batches = calibration_batches(ctx, cfg)
@@ -123,52 +123,85 @@ class PaddlePTQPass(Pass):
         scratch.mkdir(exist_ok=True)
         counter = iter(range(10_000))
         feeds, labels = evaluation_set(ctx)
-        float_out = None
-        if cfg.calibration_search or (cfg.max_accuracy_drop is not None and cfg.float_fallback):
-            float_out = paddle_inference(inp.path, feeds)
 
-        def evaluate(model: Path) -> float:
-            # Paddle Inference on the fake-quant program simulates the INT8 arithmetic on the host.
-            return accuracy_drop(paddle_inference(model, feeds), float_out, labels)
-
-        algo = cfg.algo
-        search = []
-        if cfg.calibration_search:
-            for cand in ("KL", "hist", "mse", "avg"):
-                ctx.log(f"calibration search: {cand}")
-                m = self._ptq(inp.path, scratch / f"search-{cand}", batches, cand, cfg.keep_float)
-                outs = paddle_inference(m, feeds)
-                drift = runner.drift_metrics(outs, float_out, labels)
-                search.append({"algo": cand, "accuracy_drop": accuracy_drop(outs, float_out, labels),
-                               "cosine": drift["cosine"], "simulated": True})
-            algo = min(search, key=lambda r: (round(r["accuracy_drop"], 6), -r["cosine"]))["algo"]
-
-        def quantize(keep: list[str]) -> Path:
+        def quantize(algo: str, keep: list[str]) -> Path:
             ctx.log(f"PTQ {algo} on {n_cal} calibration samples ({len(keep)} layers in float)")
             return self._ptq(inp.path, scratch / f"q{next(counter)}", batches, algo, keep)
 
-        fit = None
-        if cfg.max_accuracy_drop is None or not cfg.float_fallback:
-            model = quantize(list(cfg.keep_float))
-        else:
-            sub = {k: v[:64] for k, v in feeds.items()}
-            model, fit = fit_budget(quantize, evaluate, lambda m: paddle_rank(inp.path, m, sub),
-                                    cfg.max_accuracy_drop, list(cfg.keep_float))
+        # Paddle Inference on the fake-quant program simulates the INT8 arithmetic on the host.
+        model, meta, plain = search_and_fit(
+            cfg, ctx, quantize, predict=lambda m: paddle_inference(m, feeds),
+            reference=lambda: paddle_inference(inp.path, feeds), labels=labels,
+            rank=lambda m: paddle_rank(inp.path, m, {k: v[:64] for k, v in feeds.items()}),
+            layers=lambda: len(paddle_layers(inp.path)))
         for p in model.iterdir():
             shutil.copy2(p, out_dir / p.name)
         shutil.copytree(inp.path, out_dir / "float")
-        meta = {"precision": "int8", "quantization": dict(cfg.model_dump(exclude={"data_digest", "eval_digest"}), algo=algo),
-                "keep_float": list(fit.keep_float if fit else cfg.keep_float),
-                **{k: v for k, v in inp.meta.items() if k == "rewrites"}}
-        if search:
-            meta["calibration_search"] = search
-        if fit is not None:
-            meta["accuracy_budget"] = dict(fit.to_json(), simulated=True,
-                                           note="measured on the host with Paddle Inference on the fake-quant program")
-            if len(fit.keep_float) > len(cfg.keep_float):
-                # convert.lite measures the size cost against plain INT8 from this copy
-                shutil.copytree(quantize(list(cfg.keep_float)), out_dir / "plain_int8")
+        meta.update(precision="int8", **{k: v for k, v in inp.meta.items() if k == "rewrites"})
+        if "accuracy_budget" in meta:
+            meta["accuracy_budget"].update(
+                simulated=True, note="measured on the host with Paddle Inference on the fake-quant program")
+        if plain is not None:
+            # convert.lite measures the size cost against plain INT8 from this copy
+            shutil.copytree(plain(), out_dir / "plain_int8")
         return meta
+
+
+CANDIDATE_ALGOS = ("KL", "hist", "mse", "avg")
+
+
+def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, reference, labels, rank, layers):
+    """Calibration search and the accuracy budget, shared by both quantize passes.
+
+    ``quantize(algo, keep)`` writes a model, ``predict(model)`` runs it on the evaluation set
+    (host runtime or simulation), ``reference()`` is the float model's outputs. Returns the
+    model, the manifest fields, and (when layers were kept in float) a callable that writes
+    plain INT8 with the same algorithm, for the cost comparison."""
+    from ..quant.budget import Budget, fit_budget
+
+    budget = Budget(cfg.max_accuracy_drop if cfg.max_accuracy_drop is not None else 1.0, cfg.min_cosine,
+                    labelled=labels is not None)
+    fallback = cfg.max_accuracy_drop is not None and cfg.float_fallback
+    float_out = reference() if (cfg.calibration_search or fallback) else None
+    algo = cfg.algo
+    search = []
+    if cfg.calibration_search:
+        for cand in CANDIDATE_ALGOS:
+            ctx.log(f"calibration search: {cand}")
+            m = budget.measure(predict(quantize(cand, cfg.keep_float)), float_out, labels)
+            search.append({"algo": cand, **m})
+        pick = search[0]
+        for r in search[1:]:
+            if _better_row(budget, r, pick):
+                pick = r
+        algo = pick["algo"]
+        ctx.log(f"calibration search picked {algo}")
+    meta = {"quantization": dict(cfg.model_dump(exclude={"data_digest", "eval_digest"}), algo=algo)}
+    if search:
+        meta["calibration_search"] = search
+    if not fallback:
+        meta["keep_float"] = list(cfg.keep_float)
+        return quantize(algo, list(cfg.keep_float)), meta, None
+    others = () if cfg.calibration_search else tuple(a for a in CANDIDATE_ALGOS if a != algo)
+    model, fit = fit_budget(quantize, lambda m: budget.measure(predict(m), float_out, labels), rank, budget,
+                            algo, list(cfg.keep_float), other_algos=others, quantizable_layers=layers())
+    if fit.met and fit.attempts[0] is not fit.attempts[-1]:
+        ctx.log(f"accuracy budget ({budget.describe()}): {fit.algo}, {len(fit.keep_float)} layer(s) in float, "
+                f"{budget.figure(fit.final)}")
+    meta["quantization"]["algo"] = fit.algo
+    meta["keep_float"] = list(fit.keep_float)
+    meta["accuracy_budget"] = fit.to_json()
+    plain = None
+    if len(fit.keep_float) > len(cfg.keep_float):
+        def plain():
+            return quantize(fit.algo, list(cfg.keep_float))
+    return model, meta, plain
+
+
+def _better_row(budget, a: dict, b: dict) -> bool:
+    from ..quant.budget import _better
+
+    return _better(budget, a, b)
 
 
 _ORT_METHOD = {"KL": "Entropy", "hist": "Percentile", "mse": "Entropy", "avg": "MinMax", "abs_max": "MinMax"}
@@ -185,16 +218,16 @@ def evaluation_set(ctx: PassContext, limit: int | None = None):
 @register
 class OnnxQuantizePass(Pass):
     name = "quantize.onnx"
-    version = 4
+    version = 5
     consumes = frozenset({ONNX})
     produces = ONNX
     Config = QuantConfig
 
-    def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str]) -> Path:
+    def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str], ranges: dict) -> Path:
         from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
                                               QuantType, quantize_static)
 
-        from ..quant.onnx_ptq import paddle_kl_entropy
+        from ..quant.onnx_ptq import paddle_kl_entropy, reuse_calibration
 
         cfg: QuantConfig = self.config
 
@@ -206,7 +239,7 @@ class OnnxQuantizePass(Pass):
                 return next(self._it, None)
 
         hist = paddle_kl_entropy(algo.lower()) if algo in ("KL", "mse") else contextlib.nullcontext()
-        with quiet_stdout(), hist:
+        with quiet_stdout(), hist, reuse_calibration(ranges, algo):
             quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
                             per_channel=cfg.per_channel_weights, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8,
@@ -216,9 +249,10 @@ class OnnxQuantizePass(Pass):
         return out
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        import onnx
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        from ..quant.budget import accuracy_drop, fit_budget, onnx_rank
+        from ..quant.budget import onnx_rank
         from ..runner import edgeforge_runner as runner
 
         cfg: QuantConfig = self.config
@@ -227,52 +261,32 @@ class OnnxQuantizePass(Pass):
         with quiet_stdout():
             quant_pre_process(str(inp.path / "model.onnx"), str(pre))
         feeds, labels = evaluation_set(ctx)
-        float_out = runner.predict_all(runner.onnx_predictor(pre), feeds)
         scratch = ctx.workdir / "quantize-onnx"
         scratch.mkdir(exist_ok=True)
         counter = iter(range(10_000))
+        ranges: dict = {}      # algo -> tensor ranges: calibration reads the float model only
 
-        def evaluate(model: Path) -> float:
-            return accuracy_drop(runner.predict_all(runner.onnx_predictor(model), feeds), float_out, labels)
-
-        algo = cfg.algo
-        search = []
-        if cfg.calibration_search:
-            for cand in ("KL", "hist", "mse", "avg"):
-                ctx.log(f"calibration search: {cand}")
-                m = self._quantize(pre, scratch / f"search-{cand}.onnx", batches, cand, cfg.keep_float)
-                outs = runner.predict_all(runner.onnx_predictor(m), feeds)
-                drift = runner.drift_metrics(outs, float_out, labels)
-                search.append({"algo": cand, "accuracy_drop": accuracy_drop(outs, float_out, labels),
-                               "cosine": drift["cosine"]})
-            algo = min(search, key=lambda r: (round(r["accuracy_drop"], 6), -r["cosine"]))["algo"]
-            ctx.log(f"calibration search picked {algo}")
-
-        def quantize(keep: list[str]) -> Path:
+        def quantize(algo: str, keep: list[str]) -> Path:
             ctx.log(f"onnxruntime quantize_static ({algo}, {len(keep)} layers in float)")
-            return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep)
+            return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep, ranges)
 
-        budget = cfg.max_accuracy_drop
-        if budget is None or not cfg.float_fallback:
-            model = quantize(list(cfg.keep_float))
-            fit = None
-        else:
-            model, fit = fit_budget(quantize, evaluate, lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch),
-                                    budget, list(cfg.keep_float))
+        def layers() -> int:
+            return sum(1 for n in onnx.load(str(pre)).graph.node if n.op_type in ONNX_QUANTIZABLE)
+
+        model, meta, plain = search_and_fit(
+            cfg, ctx, quantize, predict=lambda m: runner.predict_all(runner.onnx_predictor(m), feeds),
+            reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
+            rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
-        meta = {"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
-                "quantization": dict(cfg.model_dump(exclude={"data_digest", "eval_digest"}), algo=algo),
-                "keep_float": list(fit.keep_float if fit else cfg.keep_float),
-                **{k: v for k, v in inp.meta.items() if k == "rewrites"}}
-        if search:
-            meta["calibration_search"] = search
-        if fit is not None:
-            meta["accuracy_budget"] = fit.to_json()
-            if len(fit.keep_float) > len(cfg.keep_float):
-                plain = quantize(list(cfg.keep_float))
-                meta["accuracy_budget"]["cost"] = onnx_cost(plain, final, feeds)
+        meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
+                     **{k: v for k, v in inp.meta.items() if k == "rewrites"}})
+        if plain is not None:
+            meta["accuracy_budget"]["cost"] = onnx_cost(plain(), final, feeds)
         return meta
+
+
+ONNX_QUANTIZABLE = ("Conv", "Gemm", "MatMul", "ConvTranspose")
 
 
 def onnx_cost(plain: Path, kept: Path, feeds: dict) -> dict:

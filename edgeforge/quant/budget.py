@@ -37,60 +37,114 @@ def accuracy_drop(outputs: list[np.ndarray], reference: list[np.ndarray], labels
     return float((1.0 - np.mean(out == ref)) * 100.0)
 
 
+def worst_cosine(outputs: list[np.ndarray], reference: list[np.ndarray]) -> float:
+    """The lowest mean per-sample cosine over all outputs (verify judges the worst output)."""
+    from ..runner.edgeforge_runner import drift_metrics
+
+    return min(o["cosine"] for o in drift_metrics(outputs, reference)["outputs"])
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What INT8 must hold, judged exactly as ``verify`` judges it: with labels, the accuracy
+    drop in points; without labels, the worst output's cosine against the float model."""
+    max_accuracy_drop: float
+    min_cosine: float
+    labelled: bool
+
+    def measure(self, outputs, reference, labels) -> dict:
+        return {"accuracy_drop": round(accuracy_drop(outputs, reference, labels), 4),
+                "cosine": round(worst_cosine(outputs, reference), 6)}
+
+    def met(self, m: dict) -> bool:
+        if self.labelled:
+            return m["accuracy_drop"] <= self.max_accuracy_drop
+        return m["cosine"] >= self.min_cosine
+
+    def describe(self) -> str:
+        return (f"accuracy drop <= {self.max_accuracy_drop:g} points" if self.labelled
+                else f"cosine >= {self.min_cosine:g} (no labels)")
+
+    def figure(self, m: dict) -> str:
+        return f"drop {m['accuracy_drop']:.2f} points" if self.labelled else f"cosine {m['cosine']:.4f}"
+
+
 @dataclass
 class BudgetResult:
+    budget: Budget
     keep_float: list[str]
-    initial_drop: float
-    final_drop: float
-    budget: float
+    algo: str
+    initial: dict
+    final: dict
     met: bool
+    quantizable_layers: int = 0
     ranking: list[tuple[str, float]] = field(default_factory=list)   # (layer, SQNR dB), worst first
     attempts: list[dict] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"budget_points": self.budget, "initial_drop": round(self.initial_drop, 4),
-                "final_drop": round(self.final_drop, 4), "met": self.met, "keep_float": self.keep_float,
+        return {"criterion": "accuracy_drop" if self.budget.labelled else "cosine",
+                "budget_points": self.budget.max_accuracy_drop, "min_cosine": self.budget.min_cosine,
+                "describe": self.budget.describe(),
+                "initial": self.initial, "final": self.final,
+                "initial_drop": self.initial["accuracy_drop"], "final_drop": self.final["accuracy_drop"],
+                "met": self.met, "algo": self.algo, "keep_float": self.keep_float,
+                "quantizable_layers": self.quantizable_layers,
                 "sensitivity": [{"layer": n, "sqnr_db": round(v, 2)} for n, v in self.ranking[:10]],
                 "attempts": self.attempts, "seconds": round(self.seconds, 2)}
 
 
-def fit_budget(quantize: Callable[[list[str]], Path], evaluate: Callable[[Path], float],
-               rank: Callable[[Path], list[tuple[str, float]]], budget: float, base_keep: list[str],
-               max_attempts: int = 8) -> tuple[Path, BudgetResult]:
-    """Quantize; while the drop exceeds the budget keep more of the worst layers in float.
-
-    The number of layers kept grows 1, 2, 4, ... so a deep model converges in a few rounds.
-    """
+def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[Path], dict],
+               rank: Callable[[Path], list[tuple[str, float]]], budget: Budget, algo: str,
+               base_keep: list[str], other_algos: tuple[str, ...] = (), max_rounds: int = 8,
+               quantizable_layers: int = 0) -> tuple[Path, BudgetResult]:
+    """Quantize; on a miss, first try the other calibration algorithms (``other_algos``: free
+    in size and speed), then keep the worst layers of the best one in float, 1, 2, 4, ... more
+    per round, until the budget holds. Every attempt is recorded."""
     t0 = time.perf_counter()
     keep = list(base_keep)
-    model = quantize(keep)
-    drop = evaluate(model)
-    result = BudgetResult(list(keep), drop, drop, budget, drop <= budget)
-    result.attempts.append({"kept": len(keep), "drop": round(drop, 4)})
-    if drop <= budget:
-        result.seconds = time.perf_counter() - t0
-        return model, result
-    ranking = [r for r in rank(model) if r[0] not in keep]
-    result.ranking = ranking
-    step = 1
-    cursor = 0
-    for _ in range(max_attempts):
-        if cursor >= len(ranking):
+    attempts: list[dict] = []
+
+    def attempt(a: str, k: list[str]) -> tuple[Path, dict]:
+        model = quantize(a, k)
+        m = evaluate(model)
+        attempts.append({"algo": a, "kept": len(k), **m})
+        return model, m
+
+    model, m = attempt(algo, keep)
+    initial = m
+    result = BudgetResult(budget, list(keep), algo, initial, m, budget.met(m),
+                          quantizable_layers=quantizable_layers, attempts=attempts)
+    best = (model, m, algo)
+    for cand in other_algos:
+        if budget.met(best[1]):
             break
-        keep += [name for name, _ in ranking[cursor:cursor + step]]
-        cursor += step
-        step *= 2
-        model = quantize(keep)
-        drop = evaluate(model)
-        result.attempts.append({"kept": len(keep), "drop": round(drop, 4)})
-        if drop <= budget:
-            break
-    result.keep_float = keep
-    result.final_drop = drop
-    result.met = drop <= budget
+        model, m = attempt(cand, keep)
+        if _better(budget, m, best[1]):
+            best = (model, m, cand)
+    model, m, algo = best
+    if not budget.met(m):
+        ranking = [r for r in rank(model) if r[0] not in keep]
+        result.ranking = ranking
+        step, cursor = 1, 0
+        for _ in range(max_rounds):
+            if cursor >= len(ranking):
+                break
+            keep += [name for name, _ in ranking[cursor:cursor + step]]
+            cursor += step
+            step *= 2
+            model, m = attempt(algo, keep)
+            if budget.met(m):
+                break
+    result.keep_float, result.algo, result.final, result.met = keep, algo, m, budget.met(m)
     result.seconds = time.perf_counter() - t0
     return model, result
+
+
+def _better(budget: Budget, a: dict, b: dict) -> bool:
+    if budget.labelled:
+        return (a["accuracy_drop"], -a["cosine"]) < (b["accuracy_drop"], -b["cosine"])
+    return a["cosine"] > b["cosine"]
 
 
 # ---------------------------------------------------------------- ONNX (QDQ) sensitivity

@@ -64,7 +64,8 @@ def _kl_calibrater_class(criterion: str = "kl"):
             if not self.collector:
                 raise ValueError("no calibration data collected")
             # The model's own outputs are what the user reads: never clip them.
-            graph_outputs = {o.name for o in self.model.graph.output}
+            # (augment_graph makes every calibrated tensor a graph output: ask for the original ones)
+            graph_outputs = set(self.model_original_outputs)
             out = {}
             for name, (hist, edges, lo, hi, _thr) in self.collector.histogram_dict.items():
                 dtype = np.asarray(edges).dtype
@@ -107,3 +108,46 @@ def paddle_kl_entropy(criterion: str = "kl") -> Iterator[None]:
         yield
     finally:
         q.create_calibrator = original
+
+
+@contextlib.contextmanager
+def reuse_calibration(cache: dict, key) -> Iterator[None]:
+    """Within this block, ``quantize_static`` calibrates once per ``key`` and reuses the tensor
+    ranges afterwards. Calibration runs the float model only, so its ranges do not depend on
+    ``nodes_to_exclude``: the accuracy-budget rounds then cost a QDQ rewrite, not a calibration."""
+    import importlib
+
+    q = importlib.import_module("onnxruntime.quantization.quantize")
+    current = q.create_calibrator
+
+    class Cached:
+        def __init__(self, data):
+            self.data = data
+
+        def collect_data(self, _reader):
+            pass
+
+        def compute_data(self):
+            return self.data
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def collect_data(self, reader):
+            self.inner.collect_data(reader)
+
+        def compute_data(self):
+            cache[key] = self.inner.compute_data()
+            return cache[key]
+
+    def create_calibrator(*args, **kwargs):
+        if key in cache:
+            return Cached(cache[key])
+        return Recording(current(*args, **kwargs))
+
+    q.create_calibrator = create_calibrator
+    try:
+        yield
+    finally:
+        q.create_calibrator = current

@@ -79,3 +79,39 @@ def test_calibration_search_tries_each_algorithm_and_keeps_the_best(digits_proje
     best = min(tried.values(), key=lambda r: (round(r["accuracy_drop"], 6), -r["cosine"]))
     assert m["quantization"]["algo"] == best["algo"]
     assert m["verify"]["status"] == "passed"
+
+
+@pytest.fixture(scope="module")
+def unlabelled_outlier(outlier_project, tmp_path_factory):
+    """The outlier net with an evaluation set that has no labels: the budget is then the
+    cosine against the float model, the same figure verify judges."""
+    import numpy as np
+
+    proj = copy_project(outlier_project, tmp_path_factory.mktemp("unlabelled") / "p")
+    with np.load(proj / "data" / "eval.npz") as z:
+        data = {k: z[k] for k in z.files if k != "labels"}
+    np.savez(proj / "data" / "eval.npz", **data)
+    return proj
+
+
+def test_without_labels_the_budget_is_the_cosine_verify_checks(unlabelled_outlier, tmp_path):
+    m = api.build(unlabelled_outlier, "jetson-orin", out=tmp_path / "o").manifest
+    ab = m["accuracy_budget"]
+    assert ab["criterion"] == "cosine" and ab["min_cosine"] == 0.99
+    assert ab["initial"]["cosine"] < 0.99 <= ab["final"]["cosine"] and ab["met"]
+    assert ab["attempts"][0]["algo"] == "KL" and len(ab["attempts"]) > 1
+    assert m["verify"]["status"] == "passed" and m["verify"]["cosine"] >= 0.99
+    assert m["keep_float"] == ab["keep_float"] and m["quantization"]["algo"] == ab["algo"]
+
+
+def test_min_cosine_flag_tightens_the_budget_and_bad_values_exit_2(unlabelled_outlier, tmp_path):
+    from helpers import run_cli
+
+    res = run_cli("build", str(unlabelled_outlier), "--target", "jetson-orin", "--out", str(tmp_path / "t"),
+                  "--min-cosine", "0.9999", "--no-fallback")
+    # plain INT8 cannot hold 0.9999 on this net: verify fails the same criterion -> exit 1
+    assert res.returncode == 1, res.stderr
+    assert "cosine" in [ln for ln in res.stderr.splitlines() if ln.startswith("error:")][0]
+    for bad in ("1.5", "0", "abc"):
+        res = run_cli("build", str(unlabelled_outlier), "--target", "jetson-orin", "--min-cosine", bad)
+        assert res.returncode == 2 and res.stderr.count("error:") == 1 and "Traceback" not in res.stderr, res.stderr

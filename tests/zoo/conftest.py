@@ -1,8 +1,8 @@
 """The zoo conformance suite's fixtures, and the hook that writes its table.
 
 Every test in tests/zoo is one cell: an architecture of ``paddle.vision.models`` (the 17 that
-build without downloading) x one build column. A session fixture per architecture writes its
-model project once; the columns of that architecture share one build cache (export and
+build without downloading) x one build column. A session fixture per architecture trains and
+writes its model project once; the columns of that architecture share one build cache (export and
 legalize run once), which is deleted with the builds when pytest moves to the next
 architecture. Each cell records its figure; at the end of the session the table goes to
 docs/conformance.md when all cells ran (a partial run writes it under the pytest basetemp).
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from zoo_common import (_T0, ARCHS, CALIBRATION_CROPS, COLUMNS, EVALUATION_CROPS, NOISE, RESULTS, TABLE,
-                        Cell, ZooProject, input_size, noise_cosine, render_table)
+from zoo_common import (_T0, ARCHS, CALIBRATION_IMAGES, COLUMNS, EVALUATION_IMAGES, FACTS, NOISE, RESULTS,
+                        TABLE, Cell, ZooProject, noise_cosine, render_table, save_results)
 
 os.environ["FLAGS_enable_pir_api"] = "0"
 
@@ -35,17 +35,17 @@ def zoo_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session", params=ARCHS)
 def zoo_project(request, zoo_root) -> ZooProject:
-    """The architecture's project (calibrated random weights, real-image crops) and an empty
-    build cache shared by its columns. Removed once pytest is done with the architecture."""
-    from benchmarks.common import vision_project
+    """The architecture's project (trained briefly on sklearn's digits, real held-out digits
+    for calibration and evaluation) and an empty build cache shared by its columns. Removed
+    once pytest is done with the architecture."""
+    from benchmarks.common import digits_project
 
     arch = request.param
     base = zoo_root / arch
-    size = input_size(arch)
-    root = vision_project(base / "project", arch, calib=CALIBRATION_CROPS, evaluation=EVALUATION_CROPS,
-                          size=size, seed=0, init="calibrated")
-    proj = ZooProject(arch, root, base / "cache", base / "builds", size)
+    root, facts = digits_project(base / "project", arch, calib=CALIBRATION_IMAGES, evaluation=EVALUATION_IMAGES)
+    proj = ZooProject(arch, root, base / "cache", base / "builds", facts["size"], extras=facts)
     NOISE[arch] = noise_cosine(root, arch)
+    FACTS[arch] = facts
     yield proj
     # vgg16's cache alone is several GB; keep only the project (for a rerun by hand)
     shutil.rmtree(proj.cache, ignore_errors=True)
@@ -71,6 +71,7 @@ def pytest_sessionfinish(session, exitstatus):
                                Path(str(session.config._tmp_path_factory.getbasetemp())) / "conformance.md"))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+    save_results(path.with_suffix(".json"), RESULTS, wall)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"zoo: conformance table written to {path}"

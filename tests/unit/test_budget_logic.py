@@ -1,0 +1,85 @@
+"""edgeforge.quant.budget: the criterion (as verify judges) and the fallback order.
+
+``fit_budget`` is driven here by plain functions standing for "quantize" and "evaluate", so
+that the order of attempts can be checked exactly; the real quantizers are exercised in
+tests/integration/test_budget.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeforge.quant.budget import Budget, fit_budget, worst_cosine
+
+LAYERS = [f"conv{i}" for i in range(10)]
+
+
+def _driver(cosine_of):
+    """quantize(algo, keep) -> a 'model' path naming its settings; evaluate reads them back."""
+    made = []
+
+    def quantize(algo, keep):
+        made.append((algo, tuple(keep)))
+        return Path(f"{algo}-{len(keep)}")
+
+    def evaluate(model: Path) -> dict:
+        algo, kept = made[-1]
+        return {"accuracy_drop": 0.0, "cosine": cosine_of(algo, kept)}
+
+    def rank(_model):
+        return [(name, 20.0 - i) for i, name in enumerate(LAYERS)]
+
+    return quantize, evaluate, rank, made
+
+
+UNLABELLED = Budget(max_accuracy_drop=1.0, min_cosine=0.99, labelled=False)
+
+
+def test_met_at_once_is_one_attempt():
+    q, e, r, made = _driver(lambda a, k: 0.995)
+    _, res = fit_budget(q, e, r, UNLABELLED, "KL", [], other_algos=("hist", "mse"))
+    assert made == [("KL", ())] and res.met and res.keep_float == [] and res.algo == "KL"
+
+
+def test_another_calibration_is_tried_before_any_float_layer():
+    q, e, r, made = _driver(lambda a, k: {"KL": 0.95, "hist": 0.992, "mse": 0.97}[a])
+    _, res = fit_budget(q, e, r, UNLABELLED, "KL", [], other_algos=("hist", "mse"))
+    assert made == [("KL", ()), ("hist", ())]        # stops at the first that holds
+    assert res.met and res.algo == "hist" and res.keep_float == []
+    assert res.initial["cosine"] == 0.95 and res.final["cosine"] == 0.992
+
+
+def test_float_layers_grow_1_2_4_with_the_best_calibration():
+    # every kept layer adds 0.004; hist is the best of the calibrations but misses alone
+    q, e, r, made = _driver(lambda a, k: {"KL": 0.95, "hist": 0.97, "mse": 0.96}[a] + 0.004 * len(k))
+    _, res = fit_budget(q, e, r, UNLABELLED, "KL", ["head"], other_algos=("hist", "mse"), quantizable_layers=11)
+    assert [m[0] for m in made] == ["KL", "hist", "mse", "hist", "hist", "hist"]
+    assert [len(m[1]) for m in made] == [1, 1, 1, 2, 4, 8]   # base keep + 1, 2, 4 of the ranking
+    assert res.met and res.algo == "hist" and res.keep_float == ["head", *LAYERS[:7]]
+    assert res.to_json()["quantizable_layers"] == 11 and res.to_json()["criterion"] == "cosine"
+    assert [a["kept"] for a in res.attempts] == [1, 1, 1, 2, 4, 8]
+
+
+def test_a_budget_that_cannot_be_met_says_so():
+    q, e, r, made = _driver(lambda a, k: 0.5)
+    _, res = fit_budget(q, e, r, UNLABELLED, "KL", [], max_rounds=3)
+    assert not res.met and len(made) == 4 and res.keep_float == LAYERS[:7]
+
+
+def test_labelled_budget_is_judged_on_accuracy_not_cosine():
+    lab = Budget(max_accuracy_drop=1.0, min_cosine=0.99, labelled=True)
+    assert lab.met({"accuracy_drop": 0.5, "cosine": 0.5})
+    assert not lab.met({"accuracy_drop": 1.5, "cosine": 1.0})
+    assert UNLABELLED.met({"accuracy_drop": 50.0, "cosine": 0.991})
+    assert not UNLABELLED.met({"accuracy_drop": 0.0, "cosine": 0.989})
+
+
+def test_measure_takes_the_worst_output():
+    rng = np.random.default_rng(0)
+    ref = [rng.standard_normal((8, 10)), rng.standard_normal((8, 5))]
+    good = ref[0] + 1e-4 * rng.standard_normal((8, 10))
+    bad = ref[1] + 0.5 * rng.standard_normal((8, 5))
+    m = UNLABELLED.measure([good, bad], ref, None)
+    assert m["cosine"] == pytest.approx(worst_cosine([bad], [ref[1]]), abs=1e-6) and m["cosine"] < 0.99
+    assert worst_cosine([good], [ref[0]]) > 0.9999

@@ -1,0 +1,116 @@
+"""edgeforge.quant.onnx_ptq: KL / mse thresholds for onnxruntime's static quantizer, and the
+calibration reuse of the accuracy-budget rounds. Real onnxruntime, a small real ONNX model."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                      quantize_static)
+
+from edgeforge.quant.onnx_ptq import kl_range, paddle_kl_entropy, reuse_calibration
+
+
+def _model(path):
+    """x[?, 64] -> MatMul(W) -> h -> Relu -> r -> MatMul(V) -> y (the graph output)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype("float32") / 8, "W")
+    v = numpy_helper.from_array(rng.standard_normal((64, 10)).astype("float32") / 8, "V")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm1"),
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "V"], ["y"], name="mm2")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 10])], initializer=[w, v])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, batches):
+        self._it = iter(batches)
+        self.calls = 0
+
+    def get_next(self):
+        self.calls += 1
+        return next(self._it, None)
+
+
+def _batches():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((256, 64)).astype("float32")
+    x[0, :4] = 40.0                         # a few outliers: KL should clip them
+    return [{"x": x[:128]}, {"x": x[128:]}]
+
+
+def _scales(path) -> dict[str, float]:
+    m = onnx.load(str(path))
+    init = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    return {n.input[0]: float(init[n.input[1]]) for n in m.graph.node
+            if n.op_type == "QuantizeLinear" and init[n.input[1]].size == 1}
+
+
+def _quantize(src, dst, method, reader=None):
+    quantize_static(str(src), str(dst), Reader(_batches()) if reader is None else reader, quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=method)
+    return _scales(dst)
+
+
+def test_kl_range_clips_a_tail_and_keeps_a_tight_range():
+    x = np.random.default_rng(0).standard_normal(1_000_000).astype("float32")
+    x[:20] = 30.0
+    t = float(np.abs(x).max())
+    hist, edges = np.histogram(x, 4096, range=(-t, t))
+    lo, hi = kl_range(hist, edges, float(x.min()), float(x.max()))
+    assert 3.0 < hi < 0.5 * t and -hi <= lo < -3.0
+    # a tensor that never leaves [0, 6] keeps its lower bound
+    y = np.clip(np.abs(x), 0, 6)
+    hist, edges = np.histogram(y, 4096, range=(-6, 6))
+    lo, hi = kl_range(hist, edges, 0.0, 6.0)
+    assert lo == 0.0 and 0 < hi <= 6.0
+
+
+@pytest.mark.parametrize("criterion", ["kl", "mse"])
+def test_inner_ranges_are_clipped_and_the_model_output_is_not(tmp_path, criterion):
+    from edgeforge.quant.onnx_ptq import _kl_calibrater_class
+
+    src = _model(tmp_path / "m.onnx")
+    minmax = _quantize(src, tmp_path / "minmax.onnx", CalibrationMethod.MinMax)
+    with paddle_kl_entropy(criterion):
+        ours = _quantize(src, tmp_path / f"{criterion}.onnx", CalibrationMethod.Entropy)
+    # the input carries outliers: its range (and so its scale) shrinks under KL/mse
+    assert ours["x"] < (0.5 if criterion == "kl" else 0.99) * minmax["x"], (ours["x"], minmax["x"])
+    # the calibrator never clips the model's own output: the user reads it
+    cal = _kl_calibrater_class(criterion)(str(src), augmented_model_path=str(tmp_path / "aug.onnx"))
+    cal.augment_graph()
+    cal.create_inference_session()
+    cal.collect_data(Reader(_batches()))
+    ranges = cal.compute_data()
+    x = np.concatenate([b["x"] for b in _batches()])
+    v = numpy_helper.to_array(onnx.load(str(src)).graph.initializer[1])
+    y = np.maximum(x @ numpy_helper.to_array(onnx.load(str(src)).graph.initializer[0]), 0) @ v
+    lo, hi = (float(np.asarray(r).ravel()[0]) for r in ranges["y"].range_value)
+    assert (lo, hi) == pytest.approx((float(y.min()), float(y.max())), rel=1e-5)
+    assert float(np.asarray(ranges["x"].range_value[1]).ravel()[0]) < 0.99 * float(x.max())
+
+
+def test_reuse_calibration_calibrates_once_per_key(tmp_path):
+    src = _model(tmp_path / "m.onnx")
+    cache: dict = {}
+    first = Reader(_batches())
+    with paddle_kl_entropy("kl"), reuse_calibration(cache, "KL"):
+        a = _quantize(src, tmp_path / "a.onnx", CalibrationMethod.Entropy, first)
+    assert "KL" in cache and first.calls > 1
+    again = Reader(_batches())
+    with paddle_kl_entropy("kl"), reuse_calibration(cache, "KL"):
+        b = _quantize(src, tmp_path / "b.onnx", CalibrationMethod.Entropy, again)
+    assert again.calls == 0, "the cached ranges were not reused"
+    assert a == b
+    other = Reader(_batches())
+    with reuse_calibration(cache, "avg"):
+        c = _quantize(src, tmp_path / "c.onnx", CalibrationMethod.MinMax, other)
+    assert other.calls > 1 and c["x"] > a["x"]
