@@ -59,7 +59,7 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
 
     bcfg = target.backend_config(backend)
     q = target.quantization
-    qcfg = QuantConfig(algo=algo or q.algo, calibration_batches=q.calibration_batches, batch_size=q.batch_size,
+    qcfg = QuantConfig(algo=algo or q.algo, algo_fixed=algo is not None, calibration_batches=q.calibration_batches, batch_size=q.batch_size,
                        per_channel_weights=q.per_channel_weights,
                        keep_float=list(keep_float if keep_float is not None else q.keep_float),
                        max_accuracy_drop=q.max_accuracy_drop if max_accuracy_drop is None else max_accuracy_drop,

@@ -5,6 +5,10 @@ Two implementations, chosen by backend:
   KL calibration by default, channel-wise weights; the result keeps the float program beside it.
 - quantize.onnx (ONNX path): onnxruntime's static QDQ quantizer on the converted float ONNX,
   after its documented pre-processing (TOOLCHAIN trap 8), entropy (KL) calibration by default.
+
+Both run the accuracy budget (``search_and_fit``): INT8 must hold what verify checks (accuracy
+drop with labels, worst-output cosine without); on a miss, the other calibrations first (unless
+``--calibration`` pinned one), then the most sensitive layers in float.
 """
 from __future__ import annotations
 
@@ -33,7 +37,8 @@ class QuantConfig(PassConfig):
     max_accuracy_drop: Optional[float] = None   # points; None = no budget loop in this pass
     min_cosine: float = Field(0.99, gt=0, le=1)  # the budget when the evaluation set has no labels
     calibration_search: bool = False
-    float_fallback: bool = True                 # keep sensitive layers in float to meet the budget
+    float_fallback: bool = True                 # on a budget miss: other calibrations, then float layers
+    algo_fixed: bool = False                    # --calibration given: the fallback keeps that algorithm
     data_digest: str = ""           # sha256 of the calibration file: new data, new cache key
     eval_digest: str = ""           # sha256 of the evaluation file (budget and search use it)
 
@@ -182,7 +187,7 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
     if not fallback:
         meta["keep_float"] = list(cfg.keep_float)
         return quantize(algo, list(cfg.keep_float)), meta, None
-    others = () if cfg.calibration_search else tuple(a for a in CANDIDATE_ALGOS if a != algo)
+    others = () if (cfg.calibration_search or cfg.algo_fixed) else tuple(a for a in CANDIDATE_ALGOS if a != algo)
     model, fit = fit_budget(quantize, lambda m: budget.measure(predict(m), float_out, labels), rank, budget,
                             algo, list(cfg.keep_float), other_algos=others, quantizable_layers=layers())
     if fit.met and fit.attempts[0] is not fit.attempts[-1]:

@@ -115,3 +115,10 @@ def test_min_cosine_flag_tightens_the_budget_and_bad_values_exit_2(unlabelled_ou
     for bad in ("1.5", "0", "abc"):
         res = run_cli("build", str(unlabelled_outlier), "--target", "jetson-orin", "--min-cosine", bad)
         assert res.returncode == 2 and res.stderr.count("error:") == 1 and "Traceback" not in res.stderr, res.stderr
+
+
+def test_an_explicit_calibration_is_kept_by_the_fallback(unlabelled_outlier, tmp_path):
+    m = api.build(unlabelled_outlier, "jetson-orin", out=tmp_path / "kl", algo="KL").manifest
+    ab = m["accuracy_budget"]
+    assert ab["met"] and {a["algo"] for a in ab["attempts"]} == {"KL"} and m["quantization"]["algo"] == "KL"
+    assert ab["keep_float"], "with the calibration pinned, only float layers can meet the budget"
