@@ -339,7 +339,9 @@ class Bench:
         if not self.partial.events:
             for line in r.stdout.splitlines():
                 self.partial.feed(line)
-        if r.timed_out:
+        # The runner also ends itself (SIGALRM) at its own deadline, a little after ours; on a
+        # loaded host that can come first: a run that failed after the timeout is a timeout.
+        if r.timed_out or (r.exit_code != 0 and not r.connection_lost and r.seconds >= s.command_timeout_s):
             self._kill_remote(tr)
             raise self.error(f"runner timed out after {s.command_timeout_s:g}s during {self._phase()}",
                              hint="raise --timeout, or lower --runs")
