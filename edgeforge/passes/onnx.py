@@ -41,6 +41,7 @@ class OnnxConvertPass(Pass):
         (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
         if not out.is_file():
             raise PassError(self.name, "paddle2onnx wrote no model.onnx")
+        check_converted(self.name, out)
         size = out.stat().st_size
         return {"file": out.name, "precision": "fp32", "float_size_bytes": size,
                 **{k: v for k, v in inp.meta.items() if k in ("rewrites",)}}
@@ -66,3 +67,26 @@ class OnnxFp16Pass(Pass):
         half = convert_float_to_float16(model, keep_io_types=self.config.keep_io_types)
         onnx.save(half, str(out_dir / "model.onnx"))
         return dict(inp.meta, precision="fp16")
+
+
+def check_converted(pass_name: str, path: Path) -> None:
+    """Refuse an ONNX model that onnxruntime would crash on, naming the node.
+
+    paddle2onnx 1.3.1 converts ``adaptive_avg_pool2d``/``adaptive_max_pool2d`` whose output is
+    larger than its input (vgg16 and alexnet at inputs below 224x224: 1x1 -> 7x7) into a pool with
+    stride 0, and onnxruntime then divides by zero (SIGFPE, the whole process dies)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type not in ("AveragePool", "MaxPool", "LpPool"):
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        strides = list(attrs.get("strides") or [])
+        if strides and min(strides) <= 0:
+            raise PassError(
+                pass_name,
+                f"paddle2onnx wrote {node.op_type} '{node.name}' with strides {strides} (from an adaptive "
+                f"pool whose output is larger than its input); onnxruntime would divide by zero",
+                hint="use an input size at which the feature map reaching the adaptive pool is at least its "
+                     "output size (224x224 for vgg16/alexnet), or --backend lite")

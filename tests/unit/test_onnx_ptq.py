@@ -114,3 +114,24 @@ def test_reuse_calibration_calibrates_once_per_key(tmp_path):
     with reuse_calibration(cache, "avg"):
         c = _quantize(src, tmp_path / "c.onnx", CalibrationMethod.MinMax, other)
     assert other.calls > 1 and c["x"] > a["x"]
+
+
+def test_convert_onnx_refuses_a_zero_stride_pool_naming_the_node(tmp_path):
+    """paddle2onnx 1.3.1 writes stride-0 pools for adaptive pools that upsample (vgg16 below
+    224x224); onnxruntime would die of SIGFPE on them. convert.onnx refuses them instead."""
+    from edgeforge.errors import PassError
+    from edgeforge.passes.onnx import check_converted
+
+    def model(strides, path):
+        node = helper.make_node("AveragePool", ["x"], ["y"], name="pool0", kernel_shape=[1, 1], strides=strides)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1, 1])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+        return path
+
+    check_converted("convert.onnx", model([1, 1], tmp_path / "ok.onnx"))
+    with pytest.raises(PassError) as info:
+        check_converted("convert.onnx", model([0, 0], tmp_path / "bad.onnx"))
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("pass convert.onnx: ") and "'pool0'" in msg and "strides [0, 0]" in msg
+    assert "--backend lite" in msg
