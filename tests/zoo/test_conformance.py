@@ -40,7 +40,13 @@ KNOWN_LIMITS: dict[tuple[str, str], str] = {("vgg16", "onnx-fp32"): _P2O_POOL, (
 # table shows them as failed (✗ and the figure); the test xfails while the cosine stays at or
 # above the floor (measured minus 0.01), fails below it (a regression), and fails when the cell
 # passes (then delete the entry).
-INT8_MISSES: dict[tuple[str, str], float] = {}
+INT8_MISSES: dict[tuple[str, str], float] = {
+    # 2026-12-01: cosine >= 0.99 only with 27/28, 52/53 and 56/57 layers in float (ONNX keeps a
+    # layer's input activation quantized when its producer stays INT8; the Lite path meets the
+    # same budget with 15/28, 31/53 and 31/57 and passes).
+    ("mobilenet_v1", "onnx-int8"): 0.98, ("mobilenet_v2", "onnx-int8"): 0.98,
+    ("shufflenet_v2_x1_0", "onnx-int8"): 0.98,
+}
 
 
 # ------------------------------------------------------------------------------------ helpers
