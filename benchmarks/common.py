@@ -93,18 +93,8 @@ def calibrated_init(layer, size: int, seed: int = 0) -> int:
     return len(bns)
 
 
-def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64, size: int = 224,
-                   seed: int = 0, init: str = "paddle") -> Path:
-    """A model project for a paddle.vision architecture with random (seeded) weights.
-
-    ``init="paddle"``: the architecture's own random init (``paddle.seed(seed)``).
-    ``init="calibrated"``: He-normal weights and BatchNorm statistics measured on real crops
-    (see ``calibrated_init``), for numeric checks that need outputs of a sane scale.
-    """
-    import paddle
-
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, not {init!r}")
+def _write_project(root: Path, arch: str, size: int, extra_args: str) -> None:
+    """The model project files for ``models.<arch>(pretrained=False<extra_args>)`` at ``size``."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "data").mkdir(exist_ok=True)
     (root / "model.py").write_text(textwrap.dedent(f"""
@@ -112,7 +102,7 @@ def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64,
         from paddle.vision import models
 
         def build():
-            return getattr(models, "{arch}")(pretrained=False)
+            return getattr(models, "{arch}")(pretrained=False{extra_args})
         """))
     (root / "edgeforge.toml").write_text(textwrap.dedent(f"""
         name = "{arch}"
@@ -127,6 +117,21 @@ def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64,
         calibration = "data/calib.npz"
         evaluation = "data/eval.npz"
         """))
+
+
+def vision_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64, size: int = 224,
+                   seed: int = 0, init: str = "paddle") -> Path:
+    """A model project for a paddle.vision architecture with random (seeded) weights.
+
+    ``init="paddle"``: the architecture's own random init (``paddle.seed(seed)``).
+    ``init="calibrated"``: He-normal weights and BatchNorm statistics measured on real crops
+    (see ``calibrated_init``), for numeric checks that need outputs of a sane scale.
+    """
+    import paddle
+
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, not {init!r}")
+    _write_project(root, arch, size, "")
     paddle.seed(seed)
     from paddle.vision import models
 
@@ -219,28 +224,7 @@ def digits_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64,
     x, y = digits_images(size)
     order = np.random.default_rng(seed).permutation(len(x))
     ev, cal, train = order[-evaluation:], order[-evaluation - calib:-evaluation], order[:-evaluation - calib]
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "data").mkdir(exist_ok=True)
-    (root / "model.py").write_text(textwrap.dedent(f"""
-        import paddle
-        from paddle.vision import models
-
-        def build():
-            return getattr(models, "{arch}")(pretrained=False, num_classes=10)
-        """))
-    (root / "edgeforge.toml").write_text(textwrap.dedent(f"""
-        name = "{arch}"
-        [model]
-        factory = "model:build"
-        weights = "weights.pdparams"
-        [[model.inputs]]
-        name = "x"
-        shape = [-1, 3, {size}, {size}]
-        dtype = "float32"
-        [data]
-        calibration = "data/calib.npz"
-        evaluation = "data/eval.npz"
-        """))
+    _write_project(root, arch, size, ", num_classes=10")
     paddle.seed(seed)
     layer = getattr(models, arch)(pretrained=False, num_classes=10)
     steps, batch, lr = TRAIN_RECIPE.get(arch, TRAIN_RECIPE["*"])

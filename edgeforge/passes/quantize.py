@@ -162,7 +162,7 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
     (host runtime or simulation), ``reference()`` is the float model's outputs. Returns the
     model, the manifest fields, and (when layers were kept in float) a callable that writes
     plain INT8 with the same algorithm, for the cost comparison."""
-    from ..quant.budget import Budget, fit_budget
+    from ..quant.budget import Budget, better, fit_budget
 
     budget = Budget(cfg.max_accuracy_drop if cfg.max_accuracy_drop is not None else 1.0, cfg.min_cosine,
                     labelled=labels is not None)
@@ -177,7 +177,7 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
             search.append({"algo": cand, **m})
         pick = search[0]
         for r in search[1:]:
-            if _better_row(budget, r, pick):
+            if better(budget, r, pick):
                 pick = r
         algo = pick["algo"]
         ctx.log(f"calibration search picked {algo}")
@@ -201,12 +201,6 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
         def plain():
             return quantize(fit.algo, list(cfg.keep_float))
     return model, meta, plain
-
-
-def _better_row(budget, a: dict, b: dict) -> bool:
-    from ..quant.budget import _better
-
-    return _better(budget, a, b)
 
 
 _ORT_METHOD = {"KL": "Entropy", "hist": "Percentile", "mse": "Entropy", "avg": "MinMax", "abs_max": "MinMax"}

@@ -120,7 +120,7 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
         if budget.met(best[1]):
             break
         model, m = attempt(cand, keep)
-        if _better(budget, m, best[1]):
+        if better(budget, m, best[1]):
             best = (model, m, cand)
     model, m, algo = best
     if not budget.met(m):
@@ -141,7 +141,7 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
     return model, result
 
 
-def _better(budget: Budget, a: dict, b: dict) -> bool:
+def better(budget: Budget, a: dict, b: dict) -> bool:
     if budget.labelled:
         return (a["accuracy_drop"], -a["cosine"]) < (b["accuracy_drop"], -b["cosine"])
     return a["cosine"] > b["cosine"]
