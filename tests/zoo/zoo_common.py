@@ -6,7 +6,6 @@ import datetime as _dt
 import os
 import platform
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
