@@ -30,6 +30,23 @@ def static_mode():
             paddle.disable_static()
 
 
+@contextlib.contextmanager
+def private_scope(paddle):
+    """A fresh ``paddle.static.Scope`` as the current scope, freed on exit.
+
+    Paddle keeps every Scope created from Python in a global pool until it is removed from it, so
+    each load_inference_model into a new scope kept the whole model's parameters for the life of
+    the process (measured: +1x the parameters per load, ~13 GB after vgg16's budget rounds)."""
+    scope = paddle.static.Scope()
+    try:
+        with paddle.static.scope_guard(scope):
+            yield scope
+    finally:
+        release = getattr(scope, "_remove_from_pool", None)
+        if release is not None:
+            release()
+
+
 def load_program(model_dir, exe=None):
     """Load a legacy inference program saved as model_dir/model.pdmodel + .pdiparams."""
     paddle = import_paddle()
@@ -42,13 +59,11 @@ def paddle_inference(model_dir, feeds: dict, batch: int = 64) -> list:
     """Run the static program with the Paddle executor on ``feeds``; outputs in fetch order."""
     import numpy as np
 
-    with static_mode() as paddle:
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            exe, prog, feed_names, fetches = load_program(model_dir)
-            n = len(next(iter(feeds.values())))
-            chunks: list[list] = []
-            for i in range(0, n, batch):
-                out = exe.run(prog, feed={k: feeds[k][i:i + batch] for k in feed_names}, fetch_list=fetches)
-                chunks.append([np.asarray(o) for o in out])
+    with static_mode() as paddle, private_scope(paddle):
+        exe, prog, feed_names, fetches = load_program(model_dir)
+        n = len(next(iter(feeds.values())))
+        chunks: list[list] = []
+        for i in range(0, n, batch):
+            out = exe.run(prog, feed={k: feeds[k][i:i + batch] for k in feed_names}, fetch_list=fetches)
+            chunks.append([np.asarray(o) for o in out])
     return [np.concatenate([c[j] for c in chunks]) for j in range(len(chunks[0]))]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from edgeforge.errors import ConfigError, PassError
+from edgeforge.paddle_env import private_scope
 
 PASS_NAME = "legalize"
 MODEL_FILE = "model.pdmodel"
@@ -561,35 +562,33 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
             shutil.copyfile(params_file, dst_dir / PARAMS_FILE)
         return []
 
-    with _StaticLegacy() as paddle:
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            try:
-                program, feed_names, fetch_vars = paddle.static.load_inference_model(
-                    str(src_dir / "model"), exe)
-            except Exception as err:  # paddle raises bare RuntimeError/ValueError here
-                raise PassError(PASS_NAME, f"cannot load {src_dir}: {err}") from err
-            want_feeds, want_fetches = list(feed_names), [v.name for v in fetch_vars]
-            report = []
-            for rewrite in rewrites:
-                n = rewrite.apply(program, scope)
-                if n:
-                    report.append({"rewrite": rewrite.name, "ops": n})
-            block = program.global_block()
-            dst_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                paddle.static.save_inference_model(
-                    str(dst_dir / "model"),
-                    [block.var(n) for n in feed_names],
-                    [block.var(v.name) for v in fetch_vars],
-                    exe,
-                    program=program,
-                    # clip_extra=True would strip exactly what the rewrites restored
-                    clip_extra=False,
-                )
-            except Exception as err:
-                raise PassError(PASS_NAME, f"cannot save the legalized model: {err}") from err
+    with _StaticLegacy() as paddle, private_scope(paddle) as scope:
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        try:
+            program, feed_names, fetch_vars = paddle.static.load_inference_model(
+                str(src_dir / "model"), exe)
+        except Exception as err:  # paddle raises bare RuntimeError/ValueError here
+            raise PassError(PASS_NAME, f"cannot load {src_dir}: {err}") from err
+        want_feeds, want_fetches = list(feed_names), [v.name for v in fetch_vars]
+        report = []
+        for rewrite in rewrites:
+            n = rewrite.apply(program, scope)
+            if n:
+                report.append({"rewrite": rewrite.name, "ops": n})
+        block = program.global_block()
+        dst_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            paddle.static.save_inference_model(
+                str(dst_dir / "model"),
+                [block.var(n) for n in feed_names],
+                [block.var(v.name) for v in fetch_vars],
+                exe,
+                program=program,
+                # clip_extra=True would strip exactly what the rewrites restored
+                clip_extra=False,
+            )
+        except Exception as err:
+            raise PassError(PASS_NAME, f"cannot save the legalized model: {err}") from err
 
     got_feeds, got_fetches = _feeds_fetches(_parse_program(dst_dir / MODEL_FILE))
     if (got_feeds, got_fetches) != (want_feeds, want_fetches):

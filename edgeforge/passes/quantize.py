@@ -22,7 +22,7 @@ from pydantic import Field
 
 from ..cache import sha256_file
 from ..errors import PassError
-from ..paddle_env import static_mode
+from ..paddle_env import private_scope, static_mode
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
@@ -96,23 +96,21 @@ class PaddlePTQPass(Pass):
 
     def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str]) -> Path:
         cfg: QuantConfig = self.config
-        with static_mode() as paddle, _fast_kl(), quiet_stdout():
+        with static_mode() as paddle, _fast_kl(), quiet_stdout(), private_scope(paddle) as scope:
             from paddle.static.quantization import PostTrainingQuantization
 
-            scope = paddle.static.Scope()
             exe = paddle.static.Executor(paddle.CPUPlace())
-            with paddle.static.scope_guard(scope):
-                ptq = PostTrainingQuantization(
-                    executor=exe, scope=scope, model_dir=str(float_dir),
-                    model_filename="model.pdmodel", params_filename="model.pdiparams",
-                    data_loader=lambda: iter(batches), batch_nums=len(batches), algo=algo,
-                    quantizable_op_type=QUANTIZABLE, onnx_format=False,
-                    weight_quantize_type="channel_wise_abs_max" if cfg.per_channel_weights else "abs_max",
-                    skip_tensor_list=list(keep) or None,
-                )
-                ptq.quantize()
-                ptq.save_quantized_model(str(out_dir), model_filename="model.pdmodel",
-                                         params_filename="model.pdiparams")
+            ptq = PostTrainingQuantization(
+                executor=exe, scope=scope, model_dir=str(float_dir),
+                model_filename="model.pdmodel", params_filename="model.pdiparams",
+                data_loader=lambda: iter(batches), batch_nums=len(batches), algo=algo,
+                quantizable_op_type=QUANTIZABLE, onnx_format=False,
+                weight_quantize_type="channel_wise_abs_max" if cfg.per_channel_weights else "abs_max",
+                skip_tensor_list=list(keep) or None,
+            )
+            ptq.quantize()
+            ptq.save_quantized_model(str(out_dir), model_filename="model.pdmodel",
+                                     params_filename="model.pdiparams")
         if not (out_dir / "model.pdmodel").is_file():
             raise PassError(self.name, "PostTrainingQuantization wrote no model")
         return out_dir
@@ -217,7 +215,7 @@ def evaluation_set(ctx: PassContext, limit: int | None = None):
 @register
 class OnnxQuantizePass(Pass):
     name = "quantize.onnx"
-    version = 5
+    version = 6
     consumes = frozenset({ONNX})
     produces = ONNX
     Config = QuantConfig
@@ -226,7 +224,7 @@ class OnnxQuantizePass(Pass):
         from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
                                               QuantType, quantize_static)
 
-        from ..quant.onnx_ptq import paddle_kl_entropy, reuse_calibration
+        from ..quant.onnx_ptq import float_inputs, paddle_kl_entropy, reuse_calibration
 
         cfg: QuantConfig = self.config
 
@@ -245,6 +243,7 @@ class OnnxQuantizePass(Pass):
                             calibrate_method=getattr(CalibrationMethod, _ORT_METHOD[algo]),
                             nodes_to_exclude=list(keep) or None,
                             extra_options={"CalibMovingAverage": algo == "avg"})
+        float_inputs(pre, out, keep)   # a layer kept in float reads float activations, as in Paddle's PTQ
         return out
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:

@@ -100,7 +100,8 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
                quantizable_layers: int = 0) -> tuple[Path, BudgetResult]:
     """Quantize; on a miss, first try the other calibration algorithms (``other_algos``: free
     in size and speed), then keep the worst layers of the best one in float, 1, 2, 4, ... more
-    per round, until the budget holds. Every attempt is recorded."""
+    per round (ranked again on each round's model), until the budget holds; then bisect back to the fewest of them that still hold
+    (the doubling overshoots by up to half). Every attempt is recorded."""
     t0 = time.perf_counter()
     keep = list(base_keep)
     attempts: list[dict] = []
@@ -124,18 +125,34 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
             best = (model, m, cand)
     model, m, algo = best
     if not budget.met(m):
-        ranking = [r for r in rank(model) if r[0] not in keep]
-        result.ranking = ranking
-        step, cursor = 1, 0
-        for _ in range(max_rounds):
-            if cursor >= len(ranking):
+        base = list(keep)
+        names: list[str] = []             # the layers added, in the order they were added
+        step, lo, hi = 1, 0, 0            # lo: most added layers known to miss; hi: tried last
+        for round_ in range(max_rounds):
+            # re-ranked on the last attempt: once a layer is float, the next one's own loss shows
+            # (mobilenet_v1: its first depthwise conv ranks low until the first conv is float)
+            ranking = [r for r in rank(model) if r[0] not in base and r[0] not in names]
+            if round_ == 0:
+                result.ranking = ranking
+            if not ranking:
                 break
-            keep += [name for name, _ in ranking[cursor:cursor + step]]
-            cursor += step
+            names += [name for name, _ in ranking[:step]]
+            lo, hi = hi, len(names)
             step *= 2
+            keep = base + names
             model, m = attempt(algo, keep)
             if budget.met(m):
                 break
+        # the doubling overshoots: bisect back to the fewest float layers that still hold
+        if budget.met(m):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                trial_model, trial = attempt(algo, base + names[:mid])
+                if budget.met(trial):
+                    hi, model, m = mid, trial_model, trial
+                else:
+                    lo = mid
+            keep = base + names[:hi]
     result.keep_float, result.algo, result.final, result.met = keep, algo, m, budget.met(m)
     result.seconds = time.perf_counter() - t0
     return model, result
@@ -209,42 +226,38 @@ _WEIGHT_SLOTS = ("Filter", "Y")
 def paddle_layers(model_dir: Path) -> list[dict]:
     """Quantizable layers of a float program: weight name (the layer id PTQ can skip), the
     activation input and the output var."""
-    from ..paddle_env import load_program, static_mode
+    from ..paddle_env import load_program, private_scope, static_mode
 
     layers = []
-    with static_mode() as paddle:
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            _, prog, _, _ = load_program(model_dir)
-            block = prog.global_block()
-            for op in block.ops:
-                if op.type not in PADDLE_QUANTIZABLE:
-                    continue
-                weight = next((op.input(s)[0] for s in _WEIGHT_SLOTS if s in op.input_names and op.input(s)
-                               and block.has_var(op.input(s)[0]) and block.var(op.input(s)[0]).persistable), None)
-                act_slot = "Input" if "Input" in op.input_names else "X"
-                if weight is None or not op.input(act_slot):
-                    continue
-                layers.append({"layer": weight, "op": op.type, "input": op.input(act_slot)[0],
-                               "output": op.output_arg_names[0]})
+    with static_mode() as paddle, private_scope(paddle):
+        _, prog, _, _ = load_program(model_dir)
+        block = prog.global_block()
+        for op in block.ops:
+            if op.type not in PADDLE_QUANTIZABLE:
+                continue
+            weight = next((op.input(s)[0] for s in _WEIGHT_SLOTS if s in op.input_names and op.input(s)
+                           and block.has_var(op.input(s)[0]) and block.var(op.input(s)[0]).persistable), None)
+            act_slot = "Input" if "Input" in op.input_names else "X"
+            if weight is None or not op.input(act_slot):
+                continue
+            layers.append({"layer": weight, "op": op.type, "input": op.input(act_slot)[0],
+                           "output": op.output_arg_names[0]})
     return layers
 
 
 def paddle_fetch(model_dir: Path, feeds: dict, names: list[str]) -> dict[str, np.ndarray]:
     """Fetch vars by their float-program names. In a frozen fake-quant program a quantized op
     writes integer-scaled values that a dequantize op then rescales: read the rescaled one."""
-    from ..paddle_env import load_program, static_mode
+    from ..paddle_env import load_program, private_scope, static_mode
 
-    with static_mode() as paddle:
-        scope = paddle.static.Scope()
-        with paddle.static.scope_guard(scope):
-            exe, prog, feed_names, _ = load_program(model_dir)
-            block = prog.global_block()
-            dequant = {op.input("X")[0]: op.output("Out")[0] for op in block.ops
-                       if "dequantize" in op.type and "X" in op.input_names and op.input("X")}
-            present = [n for n in names if block.has_var(n)]
-            actual = [dequant.get(n, n) for n in present]
-            outs = exe.run(prog, feed={k: feeds[k] for k in feed_names}, fetch_list=actual)
+    with static_mode() as paddle, private_scope(paddle):
+        exe, prog, feed_names, _ = load_program(model_dir)
+        block = prog.global_block()
+        dequant = {op.input("X")[0]: op.output("Out")[0] for op in block.ops
+                   if "dequantize" in op.type and "X" in op.input_names and op.input("X")}
+        present = [n for n in names if block.has_var(n)]
+        actual = [dequant.get(n, n) for n in present]
+        outs = exe.run(prog, feed={k: feeds[k] for k in feed_names}, fetch_list=actual)
     return dict(zip(present, (np.asarray(o) for o in outs)))
 
 

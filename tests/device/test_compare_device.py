@@ -7,7 +7,13 @@ and a 2-thread onnxruntime pool waiting on a preempted sibling adds run-to-run s
 With one thread, back-to-back runs of one artifact measured here differ by 0-2.3% under a load
 of ~4.7; the same-artifact check therefore uses a 5% practical threshold (``--min-change 5``;
 the default 1% flagged 2 of 6 such pairs as "2% slower" under that load). The slower artifact
-is ~2.6x slower and is checked at the default threshold."""
+is ~2.6x slower and is checked at the default threshold.
+
+The timings are sub-0.1 ms, so a neighbour starting up between two back-to-back benches can still
+shift one of them by tens of percent (measured once in a fresh-clone CI run: 0.094 vs 0.059 ms,
+the first test of the run). The test therefore benches once to warm the device (discarded), and
+if the same-artifact pair still differs it measures the pair once more: a compare that wrongly
+calls one artifact "slower" than itself fails both times; a one-off load shift does not."""
 from __future__ import annotations
 
 import json
@@ -40,11 +46,17 @@ def _verdict(cli, a, b, *extra) -> tuple[str, dict]:
 
 def test_compare_same_artifact_is_not_significant_and_a_slower_one_is_detected(cli, lab, builds, slow_build):
     inv = lab.inventory()
+    _bench(cli, lab, inv, builds.onnx)  # warm-up: first upload, page cache, runtime start
     a1 = _bench(cli, lab, inv, builds.onnx)
     a2 = _bench(cli, lab, inv, builds.onnx)
+    same_line, same = _verdict(cli, a1, a2, "--min-change", "5")
+    if same["verdict"] != "not significant":
+        print(f"\nsame artifact, first pair (re-measured once): {same_line}")
+        a1 = _bench(cli, lab, inv, builds.onnx)
+        a2 = _bench(cli, lab, inv, builds.onnx)
+        same_line, same = _verdict(cli, a1, a2, "--min-change", "5")
     slow = _bench(cli, lab, inv, slow_build)
 
-    same_line, same = _verdict(cli, a1, a2, "--min-change", "5")
     assert same_line.startswith("not significant: B vs A"), same_line
     assert same["verdict"] == "not significant" and same["n_a"] == same["n_b"] == 300
 

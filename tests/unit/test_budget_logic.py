@@ -54,11 +54,21 @@ def test_float_layers_grow_1_2_4_with_the_best_calibration():
     # every kept layer adds 0.004; hist is the best of the calibrations but misses alone
     q, e, r, made = _driver(lambda a, k: {"KL": 0.95, "hist": 0.97, "mse": 0.96}[a] + 0.004 * len(k))
     _, res = fit_budget(q, e, r, UNLABELLED, "KL", ["head"], other_algos=("hist", "mse"), quantizable_layers=11)
-    assert [m[0] for m in made] == ["KL", "hist", "mse", "hist", "hist", "hist"]
-    assert [len(m[1]) for m in made] == [1, 1, 1, 2, 4, 8]   # base keep + 1, 2, 4 of the ranking
-    assert res.met and res.algo == "hist" and res.keep_float == ["head", *LAYERS[:7]]
+    assert [m[0] for m in made] == ["KL", "hist", "mse", "hist", "hist", "hist", "hist", "hist"]
+    # base keep + 1, 3, 7 of the ranking; 7 holds (0.998), 3 misses (0.986): bisect 5 (0.994), 4 (0.990)
+    assert [len(m[1]) for m in made] == [1, 1, 1, 2, 4, 8, 6, 5]
+    assert res.met and res.algo == "hist" and res.keep_float == ["head", *LAYERS[:4]]
+    assert res.final["cosine"] == pytest.approx(0.99)
     assert res.to_json()["quantizable_layers"] == 11 and res.to_json()["criterion"] == "cosine"
-    assert [a["kept"] for a in res.attempts] == [1, 1, 1, 2, 4, 8]
+    assert [a["kept"] for a in res.attempts] == [1, 1, 1, 2, 4, 8, 6, 5]
+
+
+def test_bisection_keeps_the_model_of_the_fewest_layers_that_hold():
+    # holds from 6 ranked layers on; the doubling reaches 7, bisection comes back to 6 (not 5)
+    q, e, r, made = _driver(lambda a, k: 0.99 if len(k) >= 6 else 0.9)
+    model, res = fit_budget(q, e, r, UNLABELLED, "KL", [])
+    assert [len(m[1]) for m in made] == [0, 1, 3, 7, 5, 6]
+    assert res.met and res.keep_float == LAYERS[:6] and model == Path("KL-6")
 
 
 def test_a_budget_that_cannot_be_met_says_so():
@@ -83,3 +93,25 @@ def test_measure_takes_the_worst_output():
     m = UNLABELLED.measure([good, bad], ref, None)
     assert m["cosine"] == pytest.approx(worst_cosine([bad], [ref[1]]), abs=1e-6) and m["cosine"] < 0.99
     assert worst_cosine([good], [ref[0]]) > 0.9999
+
+
+def test_each_round_is_ranked_on_the_last_attempt():
+    """A layer whose loss is hidden behind a worse one (its input already damaged) only shows once
+    that one is float: the ranking is taken again on each round's model."""
+    ranks = []
+
+    def cosine(a, k):
+        return 0.999 if {"conv0", "conv9"} <= set(k) else 0.9
+
+    q, e, _, made = _driver(cosine)
+
+    def rank(model):
+        ranks.append(str(model))
+        order = LAYERS if str(model) == "KL-0" else ["conv9", *LAYERS[:9]]
+        return [(name, 20.0 - i) for i, name in enumerate(order)]
+
+    _, res = fit_budget(q, e, rank, UNLABELLED, "KL", [])
+    assert ranks == ["KL-0", "KL-1"]
+    # and the bisection finds that two of the three hold
+    assert [m[1] for m in made] == [(), ("conv0",), ("conv0", "conv9", "conv1"), ("conv0", "conv9")]
+    assert res.keep_float == ["conv0", "conv9"] and res.met

@@ -135,3 +135,73 @@ def test_convert_onnx_refuses_a_zero_stride_pool_naming_the_node(tmp_path):
     msg = str(info.value)
     assert "\n" not in msg and msg.startswith("pass convert.onnx: ") and "'pool0'" in msg and "strides [0, 0]" in msg
     assert "--backend lite" in msg
+
+
+def _conv_model(path):
+    """x[?, 4, 8, 8] -> c1 -> Relu -> c2 -> Relu -> c3 -> y: quantized Convs quantize their outputs
+    and onnxruntime folds each Relu into that range."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype("float32") / 4, name)
+             for name, shape in (("W1", (8, 4, 3, 3)), ("W2", (8, 8, 3, 3)), ("W3", (4, 8, 3, 3)))]
+    nodes = [helper.make_node("Conv", ["x", "W1"], ["h1"], name="c1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "W2"], ["h2"], name="c2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
+             helper.make_node("Conv", ["r2", "W3"], ["y"], name="c3", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_layer_kept_in_float_reads_a_float_input(tmp_path):
+    """nodes_to_exclude alone keeps c2's weights float but its input stays quantized (c1 quantizes
+    its output; the Relu between them is folded). float_inputs rewires c2 to the float activation,
+    restoring the folded Relu, so c2 computes exactly in float on what c1 produced."""
+    import onnxruntime as ort
+
+    from edgeforge.quant.onnx_ptq import float_inputs
+
+    src = _conv_model(tmp_path / "f.onnx")
+    x = np.random.default_rng(3).standard_normal((16, 4, 8, 8)).astype("float32")
+    dst = tmp_path / "q.onnx"
+    quantize_static(str(src), str(dst), Reader([{"x": x[:8]}, {"x": x[8:]}]), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, nodes_to_exclude=["c2"])
+
+    def c2_input(path):
+        m = onnx.load(str(path))
+        by_out = {o: n for n in m.graph.node for o in n.output}
+        [c2] = [n for n in m.graph.node if n.name == "c2"]
+        return m, by_out.get(c2.input[0])
+
+    _, feeder = c2_input(dst)
+    assert feeder.op_type == "DequantizeLinear"          # what nodes_to_exclude leaves
+    assert float_inputs(src, dst, ["c2"]) == 1
+    model, feeder = c2_input(dst)
+    assert feeder.op_type == "Relu"                      # the folded Relu, restored on the float path
+    onnx.checker.check_model(model)
+
+    # c2's input must be relu(c1's output) exactly, and c2 must run on it in float
+    ins = {n.name: n for n in model.graph.node}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for name in (ins["c2"].input[0], ins["c2"].output[0], feeder.input[0]):
+        probe.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    names = [o.name for o in probe.graph.output]
+    outs = dict(zip(names, ort.InferenceSession(probe.SerializeToString()).run(None, {"x": x})))
+    c1_out, c2_in, c2_out = outs[feeder.input[0]], outs[ins["c2"].input[0]], outs[ins["c2"].output[0]]
+    np.testing.assert_array_equal(c2_in, np.maximum(c1_out, 0))
+    w2 = numpy_helper.to_array(next(i for i in onnx.load(str(src)).graph.initializer if i.name == "W2"))
+    ref = ort.InferenceSession(onnx.load(str(src)).SerializeToString())
+    single = helper.make_graph([helper.make_node("Conv", ["a", "W2"], ["b"], pads=[1, 1, 1, 1])], "c2",
+                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)],
+                               initializer=[numpy_helper.from_array(w2, "W2")])
+    conv = ort.InferenceSession(helper.make_model(single, opset_imports=[helper.make_opsetid("", 13)],
+                                                  ir_version=8).SerializeToString())
+    np.testing.assert_allclose(c2_out, conv.run(None, {"a": c2_in})[0], rtol=1e-5, atol=1e-5)
+    assert len(np.unique(c2_in)) > 1000                   # not on an 8-bit grid
+    y_float = ref.run(None, {"x": x})[0]
+    assert np.isfinite(outs["y"]).all() and np.abs(outs["y"] - y_float).max() < np.abs(y_float).max()
