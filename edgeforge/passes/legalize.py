@@ -562,8 +562,7 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
             shutil.copyfile(params_file, dst_dir / PARAMS_FILE)
         return []
 
-    with _StaticLegacy() as paddle, private_scope(paddle) as scope:
-        exe = paddle.static.Executor(paddle.CPUPlace())
+    with _StaticLegacy() as paddle, private_scope(paddle) as (scope, exe):
         try:
             program, feed_names, fetch_vars = paddle.static.load_inference_model(
                 str(src_dir / "model"), exe)

@@ -96,10 +96,9 @@ class PaddlePTQPass(Pass):
 
     def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str]) -> Path:
         cfg: QuantConfig = self.config
-        with static_mode() as paddle, _fast_kl(), quiet_stdout(), private_scope(paddle) as scope:
+        with static_mode() as paddle, _fast_kl(), quiet_stdout(), private_scope(paddle) as (scope, exe):
             from paddle.static.quantization import PostTrainingQuantization
 
-            exe = paddle.static.Executor(paddle.CPUPlace())
             ptq = PostTrainingQuantization(
                 executor=exe, scope=scope, model_dir=str(float_dir),
                 model_filename="model.pdmodel", params_filename="model.pdiparams",

@@ -229,8 +229,8 @@ def paddle_layers(model_dir: Path) -> list[dict]:
     from ..paddle_env import load_program, private_scope, static_mode
 
     layers = []
-    with static_mode() as paddle, private_scope(paddle):
-        _, prog, _, _ = load_program(model_dir)
+    with static_mode() as paddle, private_scope(paddle) as (_, exe):
+        _, prog, _, _ = load_program(model_dir, exe)
         block = prog.global_block()
         for op in block.ops:
             if op.type not in PADDLE_QUANTIZABLE:
@@ -250,8 +250,8 @@ def paddle_fetch(model_dir: Path, feeds: dict, names: list[str]) -> dict[str, np
     writes integer-scaled values that a dequantize op then rescales: read the rescaled one."""
     from ..paddle_env import load_program, private_scope, static_mode
 
-    with static_mode() as paddle, private_scope(paddle):
-        exe, prog, feed_names, _ = load_program(model_dir)
+    with static_mode() as paddle, private_scope(paddle) as (_, exe):
+        exe, prog, feed_names, _ = load_program(model_dir, exe)
         block = prog.global_block()
         dequant = {op.input("X")[0]: op.output("Out")[0] for op in block.ops
                    if "dequantize" in op.type and "X" in op.input_names and op.input("X")}

@@ -73,29 +73,49 @@ def build(proj: ZooProject, column: str, **extra) -> api.BuildResult:
     return api.build(proj.root, target, out=proj.builds / column, cache_dir=proj.cache, **kw, **extra)
 
 
-def _build_child(root: str, target: str, out: str, cache: str, kw: dict):
+def _build_child(conn, root: str, target: str, out: str, cache: str, kw: dict):
     os.environ["FLAGS_enable_pir_api"] = "0"
     from edgeforge import api as child_api
     from edgeforge.errors import EdgeforgeError
 
     try:
         r = child_api.build(root, target, out=out, cache_dir=cache, **kw)
+        result = (str(r.out_dir), r.manifest)
     except EdgeforgeError as err:            # one line, as the CLI would print it
-        return None, f"{type(err).__name__}: {err}"
-    return str(r.out_dir), r.manifest
+        result = (None, f"{type(err).__name__}: {err}")
+    conn.send(result)
+    conn.close()
+    # Skip interpreter teardown: the answer is sent, and Paddle's own signal handler (not
+    # async-signal-safe) once deadlocked a worker that multiprocessing.Pool's terminate() hit in free().
+    os._exit(0)
 
 
-def build_isolated(proj: ZooProject, column: str) -> api.BuildResult:
-    """``build`` in a fresh process: Paddle keeps the memory of every program it loaded (the
-    budget rounds of vgg16's PTQ leave ~13 GB behind), so each cell gets its own process and
-    the suite stays within a 24 GB machine."""
+def build_isolated(proj: ZooProject, column: str, timeout: float = 1700) -> api.BuildResult:
+    """``build`` in a fresh process, as a user's `edgeforge build` would run: the suite's own
+    process then never holds more than one build's memory (vgg16's budget rounds once left
+    ~13 GB in one process), and the cells cannot share state."""
     import multiprocessing
 
     kw = build_kwargs(column)
     target = kw.pop("target")
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        out, manifest = pool.apply(_build_child, (str(proj.root), target, str(proj.builds / column),
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_build_child, args=(send, str(proj.root), target, str(proj.builds / column),
                                                    str(proj.cache), kw))
+    proc.start()
+    send.close()
+    try:
+        if not receive.poll(timeout):
+            raise AssertionError(f"build did not finish within {timeout:.0f}s")
+        out, manifest = receive.recv()
+    except EOFError:
+        proc.join(5)
+        raise AssertionError(f"the build process died (exit code {proc.exitcode})") from None
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
     if out is None:
         raise AssertionError(f"build failed: {manifest}")
     return api.BuildResult(Path(out), manifest)
