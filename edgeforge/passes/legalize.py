@@ -396,6 +396,82 @@ def _fix_channel_shuffle(block, index, op) -> int:
     return 1
 
 
+def _upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
+    """(C, H, W, kh, kw) for an adaptive pool2d whose output is an integer multiple of its
+    static input in both dims and larger in at least one: then every bin holds exactly one
+    input pixel (bin i of O = k*H spans [floor(i/k), floor(i/k) + 1)), so avg and max pooling
+    are both nearest-neighbour replication by k."""
+    if op.type != "pool2d" or not _has_attr(op, "adaptive") or not op.attr("adaptive"):
+        return None
+    if _has_attr(op, "global_pooling") and op.attr("global_pooling"):
+        return None
+    fmt = op.attr("data_format") if _has_attr(op, "data_format") else "NCHW"
+    shape = _var_shape(op.block, op.desc.input("X")[0])
+    out_hw = [int(v) for v in op.attr("ksize")]
+    if fmt != "NCHW" or shape is None or len(shape) != 4 or len(out_hw) != 2:
+        return None
+    _, c, h, w = shape
+    if any(d is None or d <= 0 for d in (c, h, w)):
+        return None
+    oh, ow = out_hw
+    if oh % h or ow % w or (oh == h and ow == w):
+        return None
+    return c, h, w, oh // h, ow // w
+
+
+def _upsampling_pool_unfixable(op) -> bool:
+    """An adaptive pool2d that upsamples (an output dim larger than the static input's) and
+    that ``upsampling-pool-to-expand`` cannot rewrite (a non-integer factor)."""
+    if op.type != "pool2d" or not _has_attr(op, "adaptive") or not op.attr("adaptive"):
+        return False
+    if (_has_attr(op, "global_pooling") and op.attr("global_pooling")) or _upsampling_pool_plan(op) is not None:
+        return False
+    shape = _var_shape(op.block, op.desc.input("X")[0])
+    out_hw = [int(v) for v in op.attr("ksize")]
+    if shape is None or len(shape) != 4 or len(out_hw) != 2:
+        return False
+    fmt = op.attr("data_format") if _has_attr(op, "data_format") else "NCHW"
+    hw = shape[2:] if fmt == "NCHW" else shape[1:3]
+    # a dynamic size is not flagged: most such pools shrink; convert.onnx still refuses a
+    # stride-0 pool after conversion
+    return any(d is not None and d > 0 and o > d for d, o in zip(hw, out_hw))
+
+
+def _fix_upsampling_pool(block, index, op) -> int:
+    """pool2d(adaptive, output k x the input) -> reshape2 [N, C, H, 1, W, 1], expand_v2
+    [N, C, H, kh, W, kw], reshape2 [N, C, H*kh, W*kw]: the same values, bit for bit."""
+    plan = _upsampling_pool_plan(op)
+    if plan is None:
+        return 0
+    c, h, w, kh, kw = plan
+    x, out = op.desc.input("X")[0], op.desc.output("Out")[0]
+    xvar = block._var_recursive(x)
+    n = list(xvar.shape)[0]
+
+    def var(suffix, shp):
+        name = _unique_var_name(block, f"{out}.{suffix}")
+        block.create_var(name=name, shape=shp, dtype=xvar.dtype, persistable=False, stop_gradient=True)
+        return name
+
+    six = [n, c, h, 1, w, 1]
+    big = [n, c, h, kh, w, kw]
+    r1, r1x = var("upsample_r1", six), var("upsample_r1.xshape", [0, n, c, h, w])
+    e1 = var("upsample_expand", big)
+    r2x = var("upsample_r2.xshape", [0, *big])
+    block._remove_op(index)
+    new_ops = [
+        block._insert_op(index, type="reshape2", inputs={"X": [x]},
+                         outputs={"Out": [r1], "XShape": [r1x]}, attrs={"shape": [0, c, h, 1, w, 1]}),
+        block._insert_op(index + 1, type="expand_v2", inputs={"X": [r1]}, outputs={"Out": [e1]},
+                         attrs={"shape": [-1, c, h, kh, w, kw]}),
+        block._insert_op(index + 2, type="reshape2", inputs={"X": [e1]},
+                         outputs={"Out": [out], "XShape": [r2x]}, attrs={"shape": [0, c, h * kh, w * kw]}),
+    ]
+    for new in new_ops:
+        _strip_extras(new)
+    return 1
+
+
 _LITE = frozenset({"lite"})
 
 REWRITES: tuple[Rewrite, ...] = (
@@ -488,6 +564,18 @@ REWRITES: tuple[Rewrite, ...] = (
         fix=_fix_channel_shuffle,
         problem="paddle_lite_opt: \"This model is not supported, because 1 ops are not supported "
                 "on 'arm'. These unsupported ops are: 'channel_shuffle'.\" (same on x86)",
+    ),    Rewrite(
+        name="upsampling-pool-to-expand",
+        description="adaptive pool2d whose output is an integer multiple (k) of its static input, "
+                    "e.g. vgg16's AdaptiveAvgPool2D(7) on a 1x1 feature map -> reshape2, expand_v2, "
+                    "reshape2 (every bin holds one pixel: nearest-neighbour replication, "
+                    "bit-identical)",
+        backends=frozenset({"onnx"}),
+        valid_targets=None,
+        match=lambda op: _upsampling_pool_plan(op) is not None,
+        fix=_fix_upsampling_pool,
+        problem="paddle2onnx 1.3.1 writes an AveragePool/MaxPool with strides [0, 0] (input size // "
+                "output size) and onnxruntime dies of SIGFPE running it",
     ),
 )
 
@@ -651,6 +739,11 @@ _HAZARDS: tuple[_Hazard, ...] = (
         "quantized ops", frozenset({"lite"}), frozenset({"x86"}), lambda op: op.type in _QUANT_OPS,
         "Paddle Lite 2.13 x86 INT8 kernels run but give wrong outputs (chance-level accuracy)",
         "keep the layer in float"),
+    _Hazard(
+        "pool2d", frozenset({"onnx"}), None, _upsampling_pool_unfixable,
+        "adaptive pool whose output is larger than its input by a non-integer factor: paddle2onnx 1.3.1 writes a pool with stride 0 and onnxruntime dies "
+        "of SIGFPE (edgeforge refuses the converted model)",
+        "use a larger input, or --backend lite"),
 )
 
 _CHILD_TIMEOUT_S = 120

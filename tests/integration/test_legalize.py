@@ -129,8 +129,65 @@ CASES = {
 }
 
 
+# ONNX-backend rewrites: name -> (layer factory, input spec shape)
+ONNX_CASES = {
+    # vgg16's classifier head at a small input: AdaptiveAvgPool2D(7) on a 1x1 feature map
+    "upsampling-pool-to-expand": (lambda: Probe(lambda x, p: paddle.flatten(p(x), 1), nn.AdaptiveAvgPool2D(7)),
+                                  [None, 8, 1, 1]),
+}
+
+
 def test_every_rewrite_has_a_case():
-    assert set(CASES) == {r.name for r in L.REWRITES}
+    assert set(CASES) | set(ONNX_CASES) == {r.name for r in L.REWRITES}
+    assert not set(CASES) & set(ONNX_CASES)
+
+
+def _onnx_run(model: Path, x: np.ndarray, tmp: Path) -> tuple[int, str, np.ndarray | None]:
+    """onnxruntime in a child: on the raw export it dies of SIGFPE."""
+    np.save(tmp / "onnx_in.npy", x)
+    code = ("import sys, numpy as np, onnxruntime as ort\n"
+            "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+            "np.save(sys.argv[3], s.run(None, {s.get_inputs()[0].name: np.load(sys.argv[2])})[0])\n")
+    res = subprocess.run([sys.executable, "-c", code, str(model), str(tmp / "onnx_in.npy"), str(tmp / "onnx_out.npy")],
+                         capture_output=True, text=True, timeout=300, check=False)
+    return res.returncode, res.stderr, np.load(tmp / "onnx_out.npy") if res.returncode == 0 else None
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_CASES))
+def test_onnx_rewrite(name, tmp_path):
+    """The raw export converts to an ONNX model that kills onnxruntime (convert.onnx refuses it
+    with one line); legalized for the onnx backend, Paddle Inference gives the same bits, and
+    paddle2onnx + onnxruntime give Paddle's answers."""
+    from edgeforge.errors import PassError
+    from edgeforge.passes.onnx import _p2o, check_converted
+
+    make, shape = ONNX_CASES[name]
+    raw = export(make(), shape, tmp_path / "raw")
+    x = np.random.default_rng(0).standard_normal([3 if d is None else d for d in shape]).astype("float32")
+    before = infer(raw, x)
+
+    _p2o(str(raw), str(tmp_path / "raw.onnx"), 13)
+    rc, log, _ = _onnx_run(tmp_path / "raw.onnx", x, tmp_path)
+    assert rc == -8, (rc, log[-2000:])                      # SIGFPE
+    with pytest.raises(PassError) as info:
+        check_converted("convert.onnx", tmp_path / "raw.onnx")
+    assert "strides [0, 0]" in str(info.value)
+
+    raw_findings = L.preflight(raw, "onnx", [], after_legalize=False)
+    assert [(f.op, f.remedy) for f in raw_findings] == [("pool2d", f"rewrite {name} applies")]
+    assert L.preflight(raw, "onnx", []) == []
+    assert name in {r.name for r in L.rewrites_for("onnx", [])}
+    assert name not in {r.name for r in L.rewrites_for("lite", ["arm", "x86"])}
+    fixed = tmp_path / "fixed"
+    report = L.legalize_model(raw, fixed, "onnx", [])
+    assert report == [{"rewrite": name, "ops": 1}]
+    after = infer(fixed, x)
+    np.testing.assert_array_equal(after[0], before[0])
+    _p2o(str(fixed), str(tmp_path / "fixed.onnx"), 13)
+    check_converted("convert.onnx", tmp_path / "fixed.onnx")
+    rc, log, out = _onnx_run(tmp_path / "fixed.onnx", x, tmp_path)
+    assert rc == 0, log[-2000:]
+    np.testing.assert_array_equal(out, before[0])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -183,7 +240,7 @@ def test_legalize_keeps_feeds_fetches_and_copies_untouched_models(tmp_path):
         assert (tmp_path / "out" / f).read_bytes() == (src / f).read_bytes()
     # the onnx backend needs none of the lite rewrites (paddle2onnx reads relu6 without threshold)
     src = export(Probe(lambda x: F.relu6(x)), X4, tmp_path / "relu6")
-    assert L.rewrites_for("onnx", []) == []
+    assert [r.name for r in L.rewrites_for("onnx", [])] == ["upsampling-pool-to-expand"]
     assert L.legalize_model(src, tmp_path / "onnx", "onnx", []) == []
 
 
@@ -263,3 +320,18 @@ def test_legalize_after_ptq(tmp_path):
     # on x86 the INT8 kernels are wrong: preflight says keep it in float
     remedies = {f.op: f.remedy for f in L.preflight(tmp_path / "int8-fixed", "lite", ["x86"])}
     assert remedies.get("quantize_linear") == "keep the layer in float", remedies
+
+
+def test_preflight_names_an_upsampling_pool_no_rewrite_takes(tmp_path):
+    """2x2 -> 7x7 is not an integer factor: no rewrite, so pre-flight stops the ONNX build
+    before paddle2onnx with what to do; the Lite backend takes the pool."""
+    raw = export(Probe(lambda x, p: paddle.flatten(p(x), 1), nn.AdaptiveAvgPool2D(7)), [None, 8, 2, 2],
+                 tmp_path / "raw")
+    [finding] = L.preflight(raw, "onnx", [])
+    assert finding.op == "pool2d" and "stride 0" in finding.reason and "--backend lite" in finding.remedy
+    assert all(f.op != "pool2d" for f in L.preflight(raw, "lite", ["arm"]))
+    # a shrinking adaptive pool (the usual classifier head) is not flagged, static or dynamic
+    for shape in ([None, 8, 9, 9], [None, 8, None, None]):
+        ok = export(Probe(lambda x, p: paddle.flatten(p(x), 1), nn.AdaptiveAvgPool2D(3)), shape,
+                    tmp_path / f"ok{len(str(shape))}")
+        assert L.preflight(ok, "onnx", []) == []

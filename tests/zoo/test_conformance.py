@@ -29,11 +29,10 @@ pytestmark = [pytest.mark.zoo, pytest.mark.timeout(1800)]
 
 # (arch, column) -> the exact upstream limitation that makes the cell fail (the raw-export
 # failures legalize fixes are checked below).
-_P2O_POOL = ("paddle2onnx 1.3.1 converts vgg16's adaptive_avg_pool2d (1x1 -> 7x7 at this 32x32 input) into "
-             "an AveragePool with strides [0, 0], and onnxruntime divides by zero (SIGFPE kills the process; "
-             "at 224x224 the same model converts and matches). edgeforge refuses the model after conversion, "
-             "naming the node and the remedy (a larger input, or --backend lite).")
-KNOWN_LIMITS: dict[tuple[str, str], str] = {("vgg16", "onnx-fp32"): _P2O_POOL, ("vgg16", "onnx-int8"): _P2O_POOL}
+# Empty since 2026-12-01: vgg16's two ONNX cells were listed here (paddle2onnx 1.3.1 turns its
+# adaptive_avg_pool2d, 1x1 -> 7x7 at a 32x32 input, into an AveragePool with strides [0, 0] and
+# onnxruntime dies of SIGFPE) until legalize's upsampling-pool-to-expand rewrite for the onnx backend.
+KNOWN_LIMITS: dict[tuple[str, str], str] = {}
 
 # (arch, column) -> regression floor. INT8 cells whose cosine misses 0.99 because the test model
 # itself is that sensitive (docs/conformance.md, "INT8 misses"; the table's last column): the
