@@ -332,6 +332,17 @@ def test_abs_min_max_matches_numpy():
 
 
 # --------------------------------------------------------------------------- Paddle PTQ
+@pytest.fixture(autouse=True)
+def _back_to_dynamic_mode():
+    """The PTQ helpers below switch Paddle to static mode; later tests (paddle.jit.save) need
+    the default dynamic mode back."""
+    yield
+    import paddle
+
+    if not paddle.in_dynamic_mode():
+        paddle.disable_static()
+
+
 def _tiny_model(tmp_path):
     import paddle
 
