@@ -246,8 +246,8 @@ def check(project_dir: str | Path, target: str, *, backend: str | None = None) -
 
 
 def _count_ops(model_dir: Path) -> int:
-    from .paddle_env import load_program, static_mode
+    from .paddle_env import load_program, private_scope, static_mode
 
-    with static_mode():
-        _, prog, _, _ = load_program(model_dir)
+    with static_mode() as paddle, private_scope(paddle) as (_, exe):
+        prog, _, _ = load_program(model_dir, exe)
         return sum(1 for op in prog.global_block().ops if op.type not in ("feed", "fetch"))

@@ -54,12 +54,12 @@ def private_scope(paddle):
             release()
 
 
-def load_program(model_dir, exe=None):
-    """Load a legacy inference program saved as model_dir/model.pdmodel + .pdiparams."""
+def load_program(model_dir, exe):
+    """Load a legacy inference program saved as model_dir/model.pdmodel + .pdiparams, with the
+    executor of a ``private_scope``."""
     paddle = import_paddle()
-    exe = exe or paddle.static.Executor(paddle.CPUPlace())
     prog, feeds, fetches = paddle.static.load_inference_model(str(model_dir / "model"), exe)
-    return exe, prog, feeds, fetches
+    return prog, feeds, fetches
 
 
 def paddle_inference(model_dir, feeds: dict, batch: int = 64) -> list:
@@ -67,7 +67,7 @@ def paddle_inference(model_dir, feeds: dict, batch: int = 64) -> list:
     import numpy as np
 
     with static_mode() as paddle, private_scope(paddle) as (_, exe):
-        exe, prog, feed_names, fetches = load_program(model_dir, exe)
+        prog, feed_names, fetches = load_program(model_dir, exe)
         n = len(next(iter(feeds.values())))
         chunks: list[list] = []
         for i in range(0, n, batch):

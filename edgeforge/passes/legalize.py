@@ -396,11 +396,9 @@ def _fix_channel_shuffle(block, index, op) -> int:
     return 1
 
 
-def _upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
-    """(C, H, W, kh, kw) for an adaptive pool2d whose output is an integer multiple of its
-    static input in both dims and larger in at least one: then every bin holds exactly one
-    input pixel (bin i of O = k*H spans [floor(i/k), floor(i/k) + 1)), so avg and max pooling
-    are both nearest-neighbour replication by k."""
+def _adaptive_pool_sizes(op) -> tuple[int | None, list, list[int]] | None:
+    """(C, [H, W], [out_h, out_w]) of an adaptive, non-global NCHW pool2d with a 4-D input (H,
+    W, C may be None/-1 when dynamic); None for any other op."""
     if op.type != "pool2d" or not _has_attr(op, "adaptive") or not op.attr("adaptive"):
         return None
     if _has_attr(op, "global_pooling") and op.attr("global_pooling"):
@@ -410,10 +408,20 @@ def _upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
     out_hw = [int(v) for v in op.attr("ksize")]
     if fmt != "NCHW" or shape is None or len(shape) != 4 or len(out_hw) != 2:
         return None
-    _, c, h, w = shape
+    return shape[1], shape[2:], out_hw
+
+
+def _upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
+    """(C, H, W, kh, kw) for an adaptive pool2d whose output is an integer multiple of its
+    static input in both dims and larger in at least one: then every bin holds exactly one
+    input pixel (bin i of O = k*H spans [floor(i/k), floor(i/k) + 1)), so avg and max pooling
+    are both nearest-neighbour replication by k."""
+    sizes = _adaptive_pool_sizes(op)
+    if sizes is None:
+        return None
+    c, (h, w), (oh, ow) = sizes
     if any(d is None or d <= 0 for d in (c, h, w)):
         return None
-    oh, ow = out_hw
     if oh % h or ow % w or (oh == h and ow == w):
         return None
     return c, h, w, oh // h, ow // w
@@ -421,19 +429,13 @@ def _upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
 
 def _upsampling_pool_unfixable(op) -> bool:
     """An adaptive pool2d that upsamples (an output dim larger than the static input's) and
-    that ``upsampling-pool-to-expand`` cannot rewrite (a non-integer factor)."""
-    if op.type != "pool2d" or not _has_attr(op, "adaptive") or not op.attr("adaptive"):
+    that ``upsampling-pool-to-expand`` cannot rewrite (a non-integer factor). A dynamic size is
+    not flagged: most such pools shrink, and convert.onnx still refuses a stride-0 pool after
+    conversion."""
+    sizes = _adaptive_pool_sizes(op)
+    if sizes is None or _upsampling_pool_plan(op) is not None:
         return False
-    if (_has_attr(op, "global_pooling") and op.attr("global_pooling")) or _upsampling_pool_plan(op) is not None:
-        return False
-    shape = _var_shape(op.block, op.desc.input("X")[0])
-    out_hw = [int(v) for v in op.attr("ksize")]
-    if shape is None or len(shape) != 4 or len(out_hw) != 2:
-        return False
-    fmt = op.attr("data_format") if _has_attr(op, "data_format") else "NCHW"
-    hw = shape[2:] if fmt == "NCHW" else shape[1:3]
-    # a dynamic size is not flagged: most such pools shrink; convert.onnx still refuses a
-    # stride-0 pool after conversion
+    _, hw, out_hw = sizes
     return any(d is not None and d > 0 and o > d for d, o in zip(hw, out_hw))
 
 

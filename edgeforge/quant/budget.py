@@ -230,7 +230,7 @@ def paddle_layers(model_dir: Path) -> list[dict]:
 
     layers = []
     with static_mode() as paddle, private_scope(paddle) as (_, exe):
-        _, prog, _, _ = load_program(model_dir, exe)
+        prog, _, _ = load_program(model_dir, exe)
         block = prog.global_block()
         for op in block.ops:
             if op.type not in PADDLE_QUANTIZABLE:
@@ -251,7 +251,7 @@ def paddle_fetch(model_dir: Path, feeds: dict, names: list[str]) -> dict[str, np
     from ..paddle_env import load_program, private_scope, static_mode
 
     with static_mode() as paddle, private_scope(paddle) as (_, exe):
-        exe, prog, feed_names, _ = load_program(model_dir, exe)
+        prog, feed_names, _ = load_program(model_dir, exe)
         block = prog.global_block()
         dequant = {op.input("X")[0]: op.output("Out")[0] for op in block.ops
                    if "dequantize" in op.type and "X" in op.input_names and op.input("X")}

@@ -169,6 +169,7 @@ def float_inputs(pre_path, qdq_path, keep) -> int:
     Where the quantizer folded a Relu/Clip into the quantization range (renaming the upstream
     output), a copy of the original activation node is put back on the float path."""
     import onnx
+    from onnxruntime.quantization.onnx_model import ONNXModel
 
     keep = set(keep)
     if not keep:
@@ -224,30 +225,9 @@ def float_inputs(pre_path, qdq_path, keep) -> int:
             break
         for n in dead:
             g.node.remove(n)
-    used = {i for n in g.node for i in n.input}
-    for init in [i for i in g.initializer if i.name not in used]:
-        g.initializer.remove(init)
-    _toposort(g)
+    wrapped = ONNXModel(model)
+    wrapped.clean_initializers()      # the dropped pairs' scales and zero points
+    wrapped.topological_sort()        # restored activations were appended at the end
     onnx.save(model, str(qdq_path))
     return rewired
 
-
-def _toposort(graph) -> None:
-    """Order ``graph.node`` so every node follows its inputs' producers (restored activations were
-    appended at the end)."""
-    ready = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    pending = list(graph.node)
-    ordered = []
-    while pending:
-        rest = []
-        for n in pending:
-            if all(i in ready for i in n.input):
-                ordered.append(n)
-                ready.update(n.output)
-            else:
-                rest.append(n)
-        if len(rest) == len(pending):
-            raise ValueError("graph has a cycle or an undefined input: " + ", ".join(n.name for n in rest[:3]))
-        pending = rest
-    del graph.node[:]
-    graph.node.extend(ordered)
