@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -61,40 +64,77 @@ def last_lines(text: str, n: int = 3) -> str:
     return " | ".join(lines[-n:])[:400]
 
 
+def _spawn(argv: list[str], log_path: Path, pass_name: str, what: str, hint: str | None,
+           timeout: float | None) -> int:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log_fh:
+        try:
+            return subprocess.run(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            raise PassError(pass_name, f"{what} did not finish within {timeout:.0f}s", hint=hint) from None
+        except OSError as exc:
+            raise PassError(pass_name, f"{what}: cannot start {argv[0]} ({exc.strerror or exc})",
+                            hint=hint) from None
+
+
 def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log_path: Path,
                suspects: Callable[[], list[str]] | None = None, hint: str | None = None,
                timeout: float | None = 1800) -> Any:
-    """Run ``fn(*args)`` (a module-level function) in a fresh Python process.
+    """Run ``fn(*args)`` (a module-level function) in a fresh Python process (this interpreter).
 
     The child's stdout/stderr go to ``log_path``. A signal, a non-zero exit or an exception in
     the child becomes a PassError naming the pass, what ran and, where known, the op.
     """
     import pickle
-    import subprocess
-    import sys
-    import tempfile
 
     log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="edgeforge-native-") as tmp:
         job = Path(tmp) / "job.pkl"
         with open(job, "wb") as fh:
             pickle.dump((fn.__module__, fn.__qualname__, tuple(args)), fh)
-        with open(log_path, "wb") as log_fh:
-            try:
-                proc = subprocess.run([sys.executable, "-m", "edgeforge.native", str(job)], stdout=log_fh,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
-                code = proc.returncode
-            except subprocess.TimeoutExpired:
-                raise PassError(pass_name, f"{what} did not finish within {timeout:.0f}s", hint=hint) from None
+        code = _spawn([sys.executable, "-m", "edgeforge.native", str(job)], log_path, pass_name, what, hint,
+                      timeout)
         result = None
         out = Path(str(job) + ".out")
         if out.is_file():
             with open(out, "rb") as fh:
                 result = pickle.load(fh)
-    log = log_path.read_text(errors="replace") if log_path.exists() else ""
     if result is not None and result[0] == "ok" and code == 0:
         return result[1]
+    _fail(pass_name, what, code, result[1] if result and result[0] == "error" else None, log_path,
+          suspects, hint)
+
+
+def run_script(pass_name: str, what: str, argv: list[str], job: dict, log_path: Path,
+               suspects: Callable[[], list[str]] | None = None, hint: str | None = None,
+               timeout: float | None = 1800) -> Any:
+    """Run ``argv + [JOB.json]`` (another interpreter and a script with no edgeforge import).
+
+    The script reads the JSON job and writes ``{"ok": value}`` or ``{"error": message}`` to
+    ``JOB.json.out``; crashes and errors are reported exactly as run_native reports them.
+    """
+    import json
+
+    log_path = Path(log_path)
+    with tempfile.TemporaryDirectory(prefix="edgeforge-native-") as tmp:
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(job))
+        code = _spawn([*argv, str(job_path)], log_path, pass_name, what, hint, timeout)
+        out = Path(str(job_path) + ".out")
+        try:
+            result = json.loads(out.read_text()) if out.is_file() else None
+        except ValueError:
+            result = None
+    if result is not None and "ok" in result and code == 0:
+        return result["ok"]
+    _fail(pass_name, what, code, (result or {}).get("error"), log_path, suspects, hint)
+
+
+def _fail(pass_name: str, what: str, code: int | None, error: str | None, log_path: Path,
+          suspects: Callable[[], list[str]] | None, hint: str | None) -> None:
+    """Raise the one-line PassError/ConverterCrash for a child that did not succeed."""
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
     ops = ops_in_log(log)
     known: list[str] = []
     if suspects is not None:
@@ -109,8 +149,8 @@ def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log
     else:
         ops = known
     op_note = f" at op {'; '.join(ops[:3])}" if ops else ""
-    if result is not None and result[0] == "error":   # a Python exception inside the child
-        raise PassError(pass_name, f"{what} failed{op_note}: {result[1].splitlines()[0][:300]}",
+    if error is not None:   # a Python exception inside the child
+        raise PassError(pass_name, f"{what} failed{op_note}: {error.splitlines()[0][:300] if error else '?'}",
                         hint=hint or f"see {log_path}")
     if code is not None and code < 0:
         signame = signal.Signals(-code).name

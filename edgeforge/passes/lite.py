@@ -1,28 +1,40 @@
 """convert.lite: Paddle Lite's optimizer (paddle_lite_opt) to a naive-buffer ``.nb``.
 
-The optimizer aborts or segfaults on programs it does not handle, so it runs in a child.
+Paddle Lite runs in its own interpreter (the Lite toolchain, edgeforge/toolchain.py): the
+optimizer and the x86 runtime run there as a child (edgeforge/lite_child.py), so a segfault or
+abort becomes one line. Without the toolchain a Lite build stops before export, exit 2.
 """
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from ..native import run_native
+from ..native import run_script
+from ..toolchain import LiteToolchain, require_lite
 from .base import LITE_NB, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
+LITE_CHILD = Path(__file__).resolve().parent.parent / "lite_child.py"
 
-def _opt(model_dir: str, out_base: str, valid_targets: str, fp16: bool) -> int:
-    from paddlelite import lite
 
-    opt = lite.Opt()
-    opt.set_model_file(f"{model_dir}/model.pdmodel")
-    opt.set_param_file(f"{model_dir}/model.pdiparams")
-    opt.set_valid_places(valid_targets)
-    opt.set_model_type("naive_buffer")
-    opt.set_optimize_out(out_base)
-    if fp16:
-        opt.enable_fp16()
-    opt.run()
-    return 0
+def lite_job(pass_name: str, what: str, job: dict, log_path: Path, suspects=None):
+    """Run one lite_child.py job in the Lite toolchain's interpreter."""
+    tc = require_lite(f"pass {pass_name}")
+    return run_script(pass_name, what, [tc.python, str(LITE_CHILD)], job, log_path, suspects=suspects)
+
+
+def lite_outputs(pass_name: str, model_path: str, names: list[str], feeds: dict, log_path: Path):
+    """Run a ``.nb`` under the Paddle Lite x86 runtime on ``feeds``: (runtime info, outputs)."""
+    import numpy as np
+
+    with tempfile.TemporaryDirectory(prefix="edgeforge-lite-") as tmp:
+        inputs, outputs = Path(tmp) / "inputs.npz", Path(tmp) / "outputs.npz"
+        np.savez(inputs, **{k: np.ascontiguousarray(feeds[k]) for k in names})
+        res = lite_job(pass_name, "Paddle Lite x86 runtime",
+                       {"op": "predict", "model": str(model_path), "names": list(names),
+                        "inputs": str(inputs), "outputs": str(outputs)}, log_path)
+        with np.load(outputs) as data:
+            outs = [np.array(data[f"output_{i}"]) for i in range(res["num_outputs"])]
+    return res["runtime"], outs
 
 
 class LiteConfig(PassConfig):
@@ -32,9 +44,10 @@ class LiteConfig(PassConfig):
 
 def lite_convert(pass_name: str, model_dir: Path, out_base: Path, valid_targets: list[str], fp16: bool,
                  suspects=None) -> Path:
-    run_native(pass_name, f"paddle_lite_opt --valid_targets={','.join(valid_targets)}", _opt,
-               (str(model_dir), str(out_base), ",".join(valid_targets), fp16),
-               out_base.with_suffix(".opt.log"), suspects=suspects)
+    lite_job(pass_name, f"paddle_lite_opt --valid_targets={','.join(valid_targets)}",
+             {"op": "opt", "model_dir": str(model_dir), "out_base": str(out_base),
+              "valid_targets": ",".join(valid_targets), "fp16": fp16},
+             out_base.with_suffix(".opt.log"), suspects=suspects)
     nb = out_base.with_suffix(".nb")
     if not nb.is_file() or nb.stat().st_size == 0:
         from ..errors import PassError
@@ -46,16 +59,23 @@ def lite_convert(pass_name: str, model_dir: Path, out_base: Path, valid_targets:
 @register
 class LiteConvertPass(Pass):
     name = "convert.lite"
-    version = 1
+    version = 2
     consumes = frozenset({PADDLE_FLOAT, PADDLE_INT8})
     produces = LITE_NB
     Config = LiteConfig
 
+    def __init__(self, config=None):
+        super().__init__(config)
+        # Resolved when the build is planned: no toolchain stops the build before export.
+        self.toolchain: LiteToolchain = require_lite("a Paddle Lite build (backend lite)")
+
     def target_facts(self, ctx: PassContext):
-        return {"backend": "lite", "valid_targets": self.config.valid_targets}
+        # the toolchain's versions are part of the cache key
+        return {"backend": "lite", "valid_targets": self.config.valid_targets,
+                "toolchain": self.toolchain.versions()}
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
-        from .legalize_hooks import suspects_for
+        from .legalize import suspects_for
 
         vt = self.config.valid_targets
         ctx.log(f"paddle_lite_opt --valid_targets={','.join(vt)}")

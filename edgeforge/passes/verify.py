@@ -14,10 +14,10 @@ import numpy as np
 from pydantic import Field
 
 from ..cache import sha256_file
-from ..native import run_native
 from ..paddle_env import paddle_inference
 from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
+from .lite import lite_outputs
 
 
 class VerifyConfig(PassConfig):
@@ -26,11 +26,6 @@ class VerifyConfig(PassConfig):
     min_cosine: float = 0.99                           # INT8/FP16 without labels
     float_rel_tolerance: float = 1e-4                  # float artifacts vs Paddle Inference
     data_digest: str = ""
-
-
-def _lite_outputs(model_path: str, names: list[str], feeds: dict):
-    run = runner.lite_predictor(model_path, input_names=names)
-    return run.runtime, runner.predict_all(run, feeds)
 
 
 @register
@@ -74,9 +69,8 @@ class VerifyPass(Pass):
             else:
                 # Paddle Lite aborts its process on some inputs: run it in a child.
                 ctx.log(f"running {artifact_file} under Paddle Lite (x86) on the host")
-                runtime, outs = run_native(self.name, "Paddle Lite x86 runtime", _lite_outputs,
-                                           (str(out_dir / artifact_file), names, feeds),
-                                           ctx.workdir / "verify-lite.log")
+                runtime, outs = lite_outputs(self.name, str(out_dir / artifact_file), names, feeds,
+                                             ctx.workdir / "verify-lite.log")
             m = runner.drift_metrics(outs, reference, labels)
             per_output = m.pop("outputs", [])
             result.update(m, runtime=runtime)

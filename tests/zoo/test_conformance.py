@@ -153,12 +153,10 @@ def host_outputs(result: api.BuildResult, feeds: dict) -> list[np.ndarray]:
     art = result.out_dir / m["artifact"]["path"]
     if m["backend"] == "onnx":
         return runner.predict_all(runner.onnx_predictor(art, providers=["CPUExecutionProvider"]), feeds)
-    from edgeforge.native import run_native
-    from edgeforge.passes.verify import _lite_outputs
+    from edgeforge.passes.lite import lite_outputs
 
     names = [i["name"] for i in m["inputs"]]
-    _, outs = run_native("zoo", "Paddle Lite x86 runtime", _lite_outputs, (str(art), names, feeds),
-                         result.out_dir.parent / f"{result.out_dir.name}-lite.log")
+    _, outs = lite_outputs("zoo", str(art), names, feeds, result.out_dir.parent / f"{result.out_dir.name}-lite.log")
     return outs
 
 
