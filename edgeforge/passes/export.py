@@ -1,4 +1,10 @@
-"""export: jit export of the trained dygraph model to the legacy static inference program."""
+"""export: jit export of the trained dygraph model to the legacy static inference program.
+
+The user's factory (their code) runs in a child process (:func:`edgeforge.native.run_native`):
+a factory that calls ``sys.exit`` or crashes the interpreter becomes one ``PassError`` line
+naming the factory and what happened, not the end of edgeforge. Paddle 3.2+'s C++-routed APIs
+(sigmoid, matmul, ...) are patched for the export (:mod:`.export_compat`, docs/export.md).
+"""
 from __future__ import annotations
 
 import importlib
@@ -6,12 +12,11 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from ..errors import ConfigError, PassError
-from ..paddle_env import import_paddle
-from ..weights import load_state_dict
+from ..errors import ConfigError, EdgeforgeError, PassError
+from ..native import run_native
 from .base import PADDLE_FLOAT, PROJECT, Artifact, Pass, PassContext, register
+
+_EXPORT_TIMEOUT_S = 1800
 
 
 def _first_line(exc: BaseException) -> str:
@@ -45,72 +50,129 @@ def import_factory(root: Path, factory: str):
     return fn
 
 
+def _build_layer(paddle, root: Path, factory: str, weights: str | None):
+    fn = import_factory(root, factory)
+    try:
+        layer = fn()
+    except SystemExit as exc:
+        raise PassError("export", f"factory '{factory}' called sys.exit({exc.code!r})",
+                        hint="a model factory must return a paddle.nn.Layer, not end the process") from None
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"factory '{factory}' raised {type(exc).__name__}: {_first_line(exc)}") from None
+    if not isinstance(layer, paddle.nn.Layer):
+        raise ConfigError(f"factory '{factory}' returned {type(layer).__name__}, not a paddle.nn.Layer")
+    if weights is not None:
+        from ..weights import load_state_dict
+
+        name = Path(weights).name
+        state = load_state_dict(Path(weights))
+        own = layer.state_dict()
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        if missing or unexpected:
+            raise ConfigError(
+                f"weights {name} do not fit the model: "
+                f"missing {missing[:3]}{'…' if len(missing) > 3 else ''}, unexpected {unexpected[:3]}{'…' if len(unexpected) > 3 else ''}",
+            )
+        for k, v in state.items():
+            if list(own[k].shape) != list(v.shape):
+                raise ConfigError(f"weights {name}: '{k}' has shape {list(v.shape)}, the model wants {list(own[k].shape)}")
+        layer.set_state_dict({k: paddle.to_tensor(v) for k, v in state.items()})
+    layer.eval()
+    return layer
+
+
+def _jit_save(paddle, layer, path: str, specs: list) -> dict:
+    from .export_compat import legacy_apis
+
+    with legacy_apis() as status:
+        try:
+            paddle.jit.save(layer, path, input_spec=specs)
+        except Exception as exc:  # noqa: BLE001
+            m = re.search(r"\(InvalidType\) (\w+)\(\): argument .* must be Value, but got Variable", str(exc))
+            if m:
+                why = (f"edgeforge's legacy-API patch is off: {status.get('reason')}" if not status["enabled"]
+                       else "not covered by edgeforge's legacy-API patch")
+                raise PassError(
+                    "export",
+                    f"op '{m.group(1)}' cannot be exported to a legacy program: Paddle {paddle.__version__} "
+                    f"routes it to a PIR-only C++ binding ({why})",
+                    hint=f"express {m.group(1)} with ops that export (see docs/export.md)",
+                ) from None
+            raise PassError("export", f"paddle.jit.save failed: {_first_line(exc)}",
+                            hint="make forward() traceable (its first argument must be named self, "
+                                 "no data-dependent Python control flow)") from None
+    return status
+
+
+def export_model(root: str, factory: str, weights: str | None, inputs: list[dict], out_dir: str) -> dict:
+    """The child's job: build the layer, probe it with the declared inputs, save the legacy
+    program to ``out_dir/model``. Returns ``{"ok": meta}`` or ``{"error": [class, message, hint]}``
+    (an edgeforge error is re-raised as itself in the parent)."""
+    try:
+        return {"ok": _export(Path(root), factory, weights, inputs, Path(out_dir))}
+    except EdgeforgeError as exc:
+        cls = "config" if isinstance(exc, ConfigError) else "pass"
+        message = exc.message
+        if cls == "pass" and message.startswith("pass export: "):
+            message = message[len("pass export: "):]
+        return {"error": [cls, message, exc.hint]}
+
+
+def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], out_dir: Path) -> dict:
+    import numpy as np
+
+    from ..paddle_env import import_paddle
+
+    paddle = import_paddle()
+    paddle.disable_static()
+    layer = _build_layer(paddle, root, factory, weights)
+    specs = [paddle.static.InputSpec([None if d == -1 else d for d in s["shape"]], s["dtype"], s["name"])
+             for s in inputs]
+    # Probe the model with the declared inputs first: a mismatch is a configuration error.
+    probe = [paddle.to_tensor(np.zeros([1 if d == -1 else d for d in s["shape"]], dtype=s["dtype"])) for s in inputs]
+    try:
+        with paddle.no_grad():
+            out = layer(*probe)
+    except Exception as exc:  # noqa: BLE001
+        shapes = ", ".join(f"{s['name']}{s['shape']}" for s in inputs)
+        raise ConfigError(
+            f"input spec {shapes} does not match the model: {_first_line(exc)}",
+            hint="fix [[model.inputs]] in edgeforge.toml to the shape the model's forward expects",
+        ) from None
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    status = _jit_save(paddle, layer, str(out_dir / "model"), specs)
+    for stray in out_dir.glob("model.pdiparams.info"):
+        stray.unlink()
+    if not (out_dir / "model.pdmodel").is_file():
+        raise PassError("export", "paddle.jit.save wrote no legacy model.pdmodel (PIR export?)",
+                        hint="set FLAGS_enable_pir_api=0 before paddle is imported")
+    record = {"paddle": paddle.__version__, "program": "legacy ProgramDesc (FLAGS_enable_pir_api=0)",
+              "process": "child", "legacy_api_patch": status}
+    return {"inputs": inputs, "num_outputs": len(outs), "output_shapes": [list(o.shape) for o in outs],
+            "export": record}
+
+
 @register
 class ExportPass(Pass):
     name = "export"
-    version = 1
+    version = 2
     consumes = frozenset({PROJECT})
     produces = PADDLE_FLOAT
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         project = ctx.project
-        paddle = import_paddle()
-        paddle.disable_static()
-        factory = import_factory(project.root, project.spec.model.factory)
-        try:
-            layer = factory()
-        except Exception as exc:  # noqa: BLE001
-            raise ConfigError(f"factory '{project.spec.model.factory}' raised {type(exc).__name__}: {_first_line(exc)}") from None
-        if not isinstance(layer, paddle.nn.Layer):
-            raise ConfigError(f"factory '{project.spec.model.factory}' returned {type(layer).__name__}, not a paddle.nn.Layer")
-        if project.weights is not None:
-            state = load_state_dict(project.weights)
-            own = layer.state_dict()
-            missing = sorted(set(own) - set(state))
-            unexpected = sorted(set(state) - set(own))
-            if missing or unexpected:
-                raise ConfigError(
-                    f"weights {project.weights.name} do not fit the model: "
-                    f"missing {missing[:3]}{'…' if len(missing) > 3 else ''}, unexpected {unexpected[:3]}{'…' if len(unexpected) > 3 else ''}",
-                )
-            for k, v in state.items():
-                if list(own[k].shape) != list(v.shape):
-                    raise ConfigError(f"weights {project.weights.name}: '{k}' has shape {list(v.shape)}, the model wants {list(own[k].shape)}")
-            layer.set_state_dict({k: paddle.to_tensor(v) for k, v in state.items()})
-        layer.eval()
-
-        specs = [paddle.static.InputSpec([None if d == -1 else d for d in s.shape], s.dtype, s.name)
-                 for s in project.inputs]
-        # Probe the model with the declared inputs first: a mismatch is a configuration error.
-        probe = [paddle.to_tensor(np.zeros([1 if d == -1 else d for d in s.shape], dtype=s.dtype)) for s in project.inputs]
-        try:
-            with paddle.no_grad():
-                out = layer(*probe)
-        except Exception as exc:  # noqa: BLE001
-            shapes = ", ".join(f"{s.name}{s.shape}" for s in project.inputs)
-            raise ConfigError(
-                f"input spec {shapes} does not match the model: {_first_line(exc)}",
-                hint="fix [[model.inputs]] in edgeforge.toml to the shape the model's forward expects",
-            ) from None
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        try:
-            paddle.jit.save(layer, str(out_dir / "model"), input_spec=specs)
-        except Exception as exc:  # noqa: BLE001
-            m = re.search(r"\(InvalidType\) (\w+)\(\): argument .* must be Value, but got Variable", str(exc))
-            if m:
-                raise PassError(
-                    self.name,
-                    f"op '{m.group(1)}' cannot be exported to a legacy program: Paddle 3.3's legacy jit.save "
-                    f"calls its PIR-only kernel (upstream limitation)",
-                    hint=f"express {m.group(1)} with ops that export (see docs/legalize-findings.md), "
-                         f"or export the model with an older Paddle",
-                ) from None
-            raise PassError(self.name, f"paddle.jit.save failed: {_first_line(exc)}",
-                            hint="make forward() traceable (its first argument must be named self, no data-dependent Python control flow)") from None
-        for stray in out_dir.glob("model.pdiparams.info"):
-            stray.unlink()
-        if not (out_dir / "model.pdmodel").is_file():
-            raise PassError(self.name, "paddle.jit.save wrote no legacy model.pdmodel (PIR export?)",
-                            hint="set FLAGS_enable_pir_api=0 before paddle is imported")
-        return {"inputs": [s.model_dump() for s in project.inputs], "num_outputs": len(outs),
-                "output_shapes": [list(o.shape) for o in outs]}
+        factory = project.spec.model.factory
+        weights = str(project.weights) if project.weights is not None else None
+        inputs = [s.model_dump() for s in project.inputs]
+        result = run_native(self.name, f"factory '{factory}'", export_model,
+                            (str(project.root), factory, weights, inputs, str(out_dir)),
+                            out_dir.parent / f"{out_dir.name}.export.log", timeout=_EXPORT_TIMEOUT_S,
+                            hint="the model's own code ended the export process; run the factory by hand "
+                                 "to see why")
+        if "error" in result:
+            cls, message, hint = result["error"]
+            if cls == "config":
+                raise ConfigError(message, hint=hint)
+            raise PassError(self.name, message, hint=hint)
+        return result["ok"]
