@@ -67,7 +67,7 @@ class LiteConvertPass(Pass):
     def __init__(self, config=None):
         super().__init__(config)
         # Resolved when the build is planned: no toolchain stops the build before export.
-        self.toolchain: LiteToolchain = require_lite("a Paddle Lite build (backend lite)")
+        self.toolchain: LiteToolchain = require_lite("backend lite")
 
     def target_facts(self, ctx: PassContext):
         # the toolchain's versions are part of the cache key

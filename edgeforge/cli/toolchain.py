@@ -1,0 +1,68 @@
+"""The ``toolchain`` and ``doctor`` verbs.
+
+    edgeforge toolchain install lite [--python PATH]   # Paddle Lite in its own Python 3.10 venv
+    edgeforge toolchain list                           # what is installed, with versions
+    edgeforge doctor [--target T]                      # ok/missing per item, with the fix
+"""
+from __future__ import annotations
+
+import json
+
+from ..errors import ConfigError, ExitCode
+
+
+def register(sub) -> None:
+    t = sub.add_parser("toolchain", help="install or list managed toolchains (Paddle Lite in Python 3.10)")
+    tsub = t.add_subparsers(dest="toolchain_action", metavar="ACTION", parser_class=type(t))
+    tsub.required = True
+    inst = tsub.add_parser("install", help="create a toolchain's environment under the edgeforge cache")
+    inst.add_argument("name", choices=["lite"], help="lite: paddlelite 2.13rc0 in a Python 3.10 venv")
+    inst.add_argument("--python", metavar="PATH",
+                      help="the Python 3.10 to build it from (default: python3.10 on PATH, then pyenv)")
+    inst.set_defaults(func=cmd_install)
+    ls = tsub.add_parser("list", help="the toolchains and their versions")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+
+    d = sub.add_parser("doctor", help="check this machine: what is present, what is missing, how to fix it")
+    d.add_argument("--target", metavar="T", help="exit 2 unless everything T's build needs is present")
+    d.set_defaults(func=cmd_doctor)
+
+
+def cmd_install(args) -> int:
+    from ..toolchain import install_lite
+
+    if args.name != "lite":   # argparse's choices already say so; kept for library callers
+        raise ConfigError(f"unknown toolchain '{args.name}'")
+    man = install_lite(args.python, log=lambda m: print(m, flush=True))
+    pk = man["packages"]
+    print(f"installed lite: Python {man['python']}, paddlelite {pk['paddlelite']}, numpy {pk['numpy']}, "
+          f"onnxruntime {pk['onnxruntime']}")
+    print(f"  {man['python_executable']}")
+    return ExitCode.OK
+
+
+def cmd_list(args) -> int:
+    from ..toolchain import list_toolchains
+
+    rows = list_toolchains()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return ExitCode.OK
+    for r in rows:
+        if not r["installed"]:
+            print(f"{r['name']:<6} not installed (edgeforge toolchain install {r['name']})")
+            continue
+        print(f"{r['name']:<6} Python {r['python']}, paddlelite {r['paddlelite']}, numpy {r['numpy']}, "
+              f"onnxruntime {r['onnxruntime']} [{r['source']}]")
+        print(f"       {r['path']}")
+    return ExitCode.OK
+
+
+def cmd_doctor(args) -> int:
+    from ..doctor import diagnose, render
+
+    items, needed = diagnose(args.target)
+    lines, ready = render(items, needed, args.target)
+    print("\n".join(lines))
+    return ExitCode.OK if ready else ExitCode.USAGE
