@@ -1,14 +1,27 @@
 """The error tree. It follows what the caller can do next, and maps to exit codes.
 
-0 ok, 1 a quality gate failed, 2 usage or configuration, 3 a build pass failed, 4 a device failed.
+The exit codes are declared once, in :class:`ExitCode`; each error class names its own, and
+``edgeforge.cli.main`` is the one place that turns an exception into one.
 """
 from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0              # success
+    GATE = 1            # a quality gate failed (or a build failed verify)
+    USAGE = 2           # usage or configuration: fix the input
+    PASS = 3            # a build pass failed
+    DEVICE = 4          # a device failed
+    INTERNAL = 70       # a bug in edgeforge (EX_SOFTWARE): report it
+    INTERRUPTED = 130   # Ctrl-C (128 + SIGINT)
 
 
 class EdgeforgeError(Exception):
     """Base of every error edgeforge raises on purpose. ``str(err)`` is one line for the user."""
 
-    exit_code = 3
+    exit_code = ExitCode.PASS
 
     def __init__(self, message: str, *, hint: str | None = None):
         self.message = " ".join(str(message).split())
@@ -22,13 +35,13 @@ class EdgeforgeError(Exception):
 class ConfigError(EdgeforgeError):
     """Bad input from the user: a project, a target, a flag, an inventory. Fix the input."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class PassError(EdgeforgeError):
     """A build pass failed. ``pass_name`` names it."""
 
-    exit_code = 3
+    exit_code = ExitCode.PASS
 
     def __init__(self, pass_name: str, message: str, *, hint: str | None = None):
         self.pass_name = pass_name
@@ -42,7 +55,7 @@ class ConverterCrash(PassError):
 class DeviceError(EdgeforgeError):
     """A device could not be reached, refused us, lacks a runtime, or its runner failed."""
 
-    exit_code = 4
+    exit_code = ExitCode.DEVICE
 
     def __init__(self, device: str, message: str, *, hint: str | None = None):
         self.device = device
@@ -50,9 +63,13 @@ class DeviceError(EdgeforgeError):
 
 
 class GateFailed(EdgeforgeError):
-    """A quality gate (accuracy, latency, speed-up) did not hold."""
+    """A quality gate (accuracy, latency, speed-up) did not hold. ``gates``: the failed ones."""
 
-    exit_code = 1
+    exit_code = ExitCode.GATE
+
+    def __init__(self, message: str, *, gates=(), hint: str | None = None):
+        self.gates = list(gates)
+        super().__init__(message, hint=hint)
 
 
 class ResultError(ConfigError):

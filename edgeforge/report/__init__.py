@@ -5,8 +5,8 @@ Entry points (import them from their modules; scipy and matplotlib load only the
 - :func:`edgeforge.report.compare.compare` — is run B faster/slower than run A, or noise?
 - :func:`edgeforge.report.gates.evaluate_gates` and :func:`edgeforge.report.junit.write_junit`
 - :func:`edgeforge.report.report.write_report` — report.md, report.html, summary.json
-- :mod:`edgeforge.report.cli` — the ``report``, ``compare`` and ``gate`` verbs, and the gate flags
-  (``add_gate_arguments``, ``apply_gates``) other verbs reuse.
+- :mod:`edgeforge.cli.report` — the ``report``, ``compare`` and ``gate`` verbs; the gate flags
+  other verbs reuse are in :mod:`edgeforge.cli._common`.
 
 Result files (schema ``edgeforge.bench/1``) are read by this package's own loader, :mod:`.load`.
 """

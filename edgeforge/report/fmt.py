@@ -1,4 +1,6 @@
-"""Number formatting shared by the Markdown, HTML and terminal renderers."""
+"""The one set of number formatters, shared by the Markdown, HTML and terminal renderers.
+
+Each takes a value that may be None (or NaN) and returns "-" for it."""
 from __future__ import annotations
 
 import math
@@ -19,6 +21,22 @@ def points(v) -> str:
 
 def ratio(v) -> str:
     return "-" if not _num(v) else f"{v:.2f}x"
+
+
+def num(v, spec: str = ".3f", suffix: str = "") -> str:
+    """Any number with a format spec and a unit: ``num(3.14159, ".2f", " ms")``."""
+    return "-" if not _num(v) else f"{format(v, spec)}{suffix}"
+
+
+def nbytes(n) -> str:
+    """A byte count as B, KB, MB or GB (1024-based, one decimal above bytes)."""
+    if not _num(n):
+        return "-"
+    for unit in ("B", "KB", "MB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
 
 
 def size(n) -> str:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from ..errors import ConfigError
-from .keys import fingerprint_id, float_counterpart, label, p50_ms, precision, short
+from ..errors import ConfigError, GateFailed
+from .keys import emulated, emulated_reason, fingerprint_id, float_counterpart, label, p50_ms, precision, short
 
 GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup")
 UNITS = {"max_accuracy_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x"}
@@ -41,16 +41,24 @@ class GateResult:
 
 
 def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, max_p50_ms: float | None = None,
-                   min_int8_speedup: float | None = None, *, reference: list[dict] = ()) -> list[GateResult]:
+                   min_int8_speedup: float | None = None, *, reference: list[dict] = (),
+                   force: bool = False) -> list[GateResult]:
     """Evaluate the gates whose threshold is given over ``results``; order: device, gate, result.
 
     ``reference`` holds earlier runs that are not gated themselves but may serve as the fp32
     counterpart of an INT8 run (``edgeforge bench`` passes the results directory's runs).
+    A latency gate over an emulated run is a ConfigError (exit 2) unless ``force``.
     """
     for flag, value, low in (("max_accuracy_drop", max_accuracy_drop, 0.0), ("max_p50_ms", max_p50_ms, 0.0),
                              ("min_int8_speedup", min_int8_speedup, 0.0)):
         if value is not None and not value >= low:
             raise ConfigError(f"{flag} must be a number >= {low:g}, not {value}")
+    timed = [r for r in results if emulated(r)] if (max_p50_ms, min_int8_speedup) != (None, None) else []
+    if timed and not force:
+        flag = "--max-p50-ms" if max_p50_ms is not None else "--min-int8-speedup"
+        raise ConfigError(f"{flag} on emulated results: {emulated_reason(timed[0], label(timed[0]))}, and "
+                          "emulated timings are not performance figures",
+                          hint="gate latency on a real device, or pass --force; --max-accuracy-drop holds there")
     out: list[GateResult] = []
     devices = sorted({r["device"]["name"] for r in results})
     for device in devices:
@@ -117,3 +125,13 @@ def _unique_subjects(gates: list[GateResult]) -> list[GateResult]:
             g = GateResult(**{**g.to_dict(), "subject": f"{g.subject}#{seen[key]}"})
         out.append(g)
     return out
+
+
+def require_passed(gates: list[GateResult]) -> None:
+    """Raise GateFailed (exit 1) naming the first failed gates, if any failed."""
+    failed = [g for g in gates if not g.passed]
+    if failed:
+        shown = "; ".join(f"{g.name} on {g.device}: {g.message}" for g in failed[:3])
+        more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        raise GateFailed(f"{len(failed)} of {len(gates)} gates failed: {shown}{more}",
+                         gates=failed)

@@ -9,7 +9,7 @@ import pytest
 
 from edgeforge.cli import main
 from edgeforge.errors import ConfigError
-from edgeforge.report.cli import add_gate_arguments, apply_gates
+from edgeforge.cli._common import add_gate_arguments, apply_gates
 from edgeforge.report.demo import ORIN, make_result
 from edgeforge.report.gates import evaluate_gates
 from edgeforge.report.junit import write_junit

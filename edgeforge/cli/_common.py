@@ -1,0 +1,360 @@
+"""What every verb module shares: the console, argument types, the shared flag groups (build,
+bench, gates), the gate runner and the one set of progress spinners.
+
+A verb module imports this and the library; never another verb module.
+"""
+from __future__ import annotations
+
+import argparse
+import textwrap
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import ConfigError, ExitCode, GateFailed
+
+EXIT_CODES_HELP = """exit codes: 0 ok; 1 a quality gate failed (or a build failed verify);
+2 usage or configuration (nothing was benched); 3 a build pass failed;
+4 a device failed (unreachable after retries, lost mid-run, busy, runner
+failed, marked unhealthy); 70 an internal error (a bug: please report it);
+130 interrupted.
+Precedence: 4 over 1 -- with several devices, the run goes on when one
+fails and every result is kept, gates are still evaluated (and --junit
+written) over the results that landed, but the exit code is 1 for a failed
+gate only when every device succeeded; otherwise it is 4.
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """One-line usage errors (a ConfigError, exit 2); ``--debug`` and ``--version`` on every
+    (sub)parser, so they work before or after the verb."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "--debug" not in self._option_string_actions:
+            self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                              help="show tracebacks")
+        if "--version" not in self._option_string_actions:
+            from .. import __version__
+
+            self.add_argument("--version", action="version", version=f"edgeforge {__version__}")
+
+    def error(self, message):  # one line, exit 2
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def escape(text) -> str:
+    from rich.markup import escape as _escape
+
+    return _escape(str(text))
+
+
+def wrap(text: str) -> str:
+    return textwrap.fill(text, width=78)
+
+
+def say_error(message: str) -> None:
+    """One red line on stderr, for a failure a verb reports itself before its exit code."""
+    console(stderr=True).print(f"error: {message}", style="red", markup=False)
+
+
+# ---------------------------------------------------------------- argument types
+
+def number(cast, what: str, allow_zero: bool):
+    """An argparse type: a number of ``cast`` that is > 0 (or >= 0), else a one-line ConfigError."""
+    bound = ">= 0" if allow_zero else "> 0"
+
+    def parse(text: str):
+        try:
+            v = cast(text)
+        except ValueError:
+            raise ConfigError(f"expected {what}, not {text!r}") from None
+        if v < 0 or (v == 0 and not allow_zero):
+            raise ConfigError(f"expected {what} {bound}, not {text!r}")
+        return v
+
+    return parse
+
+
+positive_float = number(float, "seconds", allow_zero=False)
+positive_int = number(int, "a count", allow_zero=False)
+nonneg_float = number(float, "seconds", allow_zero=True)
+nonneg_int = number(int, "a count", allow_zero=True)
+points = number(float, "accuracy points", allow_zero=True)
+
+
+def cosine(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ConfigError(f"--min-cosine: expected a cosine in (0, 1], not {text!r}") from None
+    if not 0 < v <= 1:
+        raise ConfigError(f"--min-cosine: expected a cosine in (0, 1], not {text!r}")
+    return v
+
+
+# ---------------------------------------------------------------- shared flag groups
+
+def add_build_flags(p, full: bool = True) -> None:
+    """--target, --backend, --precision, --out, --no-cache; with ``full`` the INT8 flags too."""
+    p.add_argument("--target", required=True)
+    p.add_argument("--backend", choices=["lite", "onnx"],
+                   help="override the target's default backend")
+    p.add_argument("--precision", choices=["int8", "fp16", "fp32"])
+    p.add_argument("--out", metavar="DIR",
+                   help="build directory (default: build/<name>-<target>[...])")
+    p.add_argument("--no-cache", action="store_true")
+    if not full:
+        return
+    p.add_argument("--calibration", choices=["KL", "hist", "mse", "avg", "abs_max"],
+                   help="calibration algorithm")
+    p.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
+                   help="INT8 budget in accuracy points, when the evaluation set has "
+                        "labels (default: the target's)")
+    p.add_argument("--min-cosine", type=cosine, metavar="C",
+                   help="INT8 budget without labels: worst-output cosine against float "
+                        "(default: the target's, 0.99)")
+    p.add_argument("--calibration-search", action="store_true",
+                   help="try KL, hist, mse and avg calibration; keep the best on the "
+                        "evaluation set")
+    p.add_argument("--no-fallback", action="store_true",
+                   help="never keep layers in float; a missed accuracy budget fails the "
+                        "build (exit 1)")
+    p.add_argument("--no-legalize", action="store_true",
+                   help="skip the legalize pass and pre-flight: hand the raw export to the "
+                        "converter (debugging)")
+
+
+def add_bench_flags(p, device: bool = True) -> None:
+    from ..device.bench import RETRIES
+
+    if device:
+        p.add_argument("--device", required=True, metavar="NAME",
+                       help="device name in the inventory")
+    p.add_argument("--runs", type=positive_int, metavar="N",
+                   help="timed runs (default: the target's bench.runs)")
+    p.add_argument("--warmups", metavar="auto|N",
+                   help="'auto' (until timings settle) or a count (default: the target's)")
+    p.add_argument("--timeout", type=positive_float, metavar="S",
+                   help="seconds for the run on the device (default: the target's)")
+    p.add_argument("--connect-timeout", type=positive_float, metavar="S",
+                   help="seconds to connect (default: the target's)")
+    p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
+                   help="wait up to S seconds for a device another bench holds "
+                        "(default 0: report it busy, exit 4)")
+    p.add_argument("--retries", type=nonneg_int, default=RETRIES, metavar="N",
+                   help=f"connect again up to N times after a transient failure (refused, "
+                        f"reset, timed out), backing off 0.5s, 1s, 2s, ... (default {RETRIES})")
+    add_device_flags(p)
+    p.add_argument("--results", metavar="DIR",
+                   help="where result JSON goes (default: $EDGEFORGE_RESULTS or ./results)")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
+    p.add_argument("--quiet", "-q", action="store_true")
+    add_gate_arguments(p)
+
+
+def add_device_flags(p) -> None:
+    """--inventory and --trust-new-host: what every verb that talks to a device takes."""
+    p.add_argument("--trust-new-host", action="store_true",
+                   help="accept and record an unknown host key")
+    p.add_argument("--inventory", metavar="FILE",
+                   help="devices.toml (default: $EDGEFORGE_DEVICES, then ./devices.toml)")
+
+
+# ---------------------------------------------------------------- gates
+
+_GATE_FLAGS = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup")
+_NEEDS_GATE = "--junit needs a gate: --max-accuracy-drop, --max-p50-ms or --min-int8-speedup"
+
+
+def add_gate_arguments(parser) -> None:
+    grp = parser.add_argument_group("quality gates (exit 1 when one fails)")
+    grp.add_argument("--max-accuracy-drop", type=float, metavar="POINTS",
+                     help="fail a run whose accuracy drop exceeds POINTS percentage points")
+    grp.add_argument("--max-p50-ms", type=float, metavar="MS",
+                     help="fail a run whose median latency exceeds MS")
+    grp.add_argument("--min-int8-speedup", type=float, metavar="X",
+                     help="fail an int8 run less than X times faster (p50) than fp32 of the "
+                          "same model on the same device")
+    grp.add_argument("--junit", metavar="FILE", help="also write the gate results as JUnit XML")
+    grp.add_argument("--force", action="store_true",
+                     help="apply --max-p50-ms/--min-int8-speedup to emulated results anyway")
+
+
+def gates_requested(args) -> bool:
+    return any(getattr(args, k, None) is not None for k in _GATE_FLAGS)
+
+
+def check_gate_flags(args) -> None:
+    """Before anything runs: --junit needs a gate, thresholds must be valid."""
+    from ..report.gates import evaluate_gates
+
+    if getattr(args, "junit", None) and not gates_requested(args):
+        raise ConfigError(_NEEDS_GATE)
+    evaluate_gates([], **{k: getattr(args, k, None) for k in _GATE_FLAGS})
+
+
+def enforce_gates(args, results: list[dict], reference: list[dict] = ()) -> None:
+    """Evaluate the gates given on the command line over ``results``; print them, write
+    --junit; raise GateFailed when one failed. ``reference``: earlier runs, not gated, that
+    may be the fp32 counterpart of an INT8 run."""
+    if not gates_requested(args):
+        if getattr(args, "junit", None):
+            raise ConfigError(_NEEDS_GATE)
+        return
+    from ..report.gates import evaluate_gates, require_passed
+    from ..report.junit import write_junit
+
+    gates = evaluate_gates(results, **{k: getattr(args, k) for k in _GATE_FLAGS},
+                           reference=reference, force=getattr(args, "force", False))
+    print_gates(gates)
+    if args.junit:
+        console().print(f"junit: {write_junit(gates, Path(args.junit))}")
+    require_passed(gates)
+
+
+def apply_gates(args, results: list[dict], reference: list[dict] = ()) -> int:
+    """``enforce_gates`` for a verb that goes on after a failed gate: prints the failure and
+    returns ExitCode.GATE (or OK)."""
+    try:
+        enforce_gates(args, results, reference)
+    except GateFailed as exc:
+        say_error(exc.one_line())
+        return ExitCode.GATE
+    return ExitCode.OK
+
+
+def gate_with_history(args, results: list[dict], new_paths=()) -> int:
+    """``apply_gates``, where earlier runs in the results directory may serve as the fp32
+    counterparts of INT8 runs (--min-int8-speedup)."""
+    reference = []
+    if gates_requested(args) and args.min_int8_speedup is not None:
+        import os
+
+        from ..report.load import load_results
+
+        d = Path(args.results or os.environ.get("EDGEFORGE_RESULTS", "results"))
+        skip = {Path(p).resolve() for p in new_paths if p}
+        try:
+            reference = [r for p, r in load_results([d], on_skip=lambda *_: None)
+                         if p.resolve() not in skip]
+        except ConfigError:
+            reference = []
+    return apply_gates(args, results, reference=reference)
+
+
+def print_gates(gates) -> None:
+    from rich.table import Table
+
+    from ..report.gates import UNITS
+
+    t = Table(title="quality gates", title_justify="left")
+    for col in ("status", "device", "gate", "run", "measured", "limit"):
+        t.add_column(col, overflow="fold",
+                     justify="right" if col in ("measured", "limit") else "left")
+    for g in gates:
+        unit = UNITS[g.name]
+        t.add_row("[green]pass[/green]" if g.passed else "[red]FAIL[/red]",
+                  escape(f"{g.device} {g.fingerprint}".strip()), g.name, escape(g.subject or "-"),
+                  "n/a" if g.measured is None else f"{g.measured:.4g}{unit}",
+                  f"{g.threshold:g}{unit}")
+    console().print(t)
+
+
+# ---------------------------------------------------------------- progress
+
+class Spinners:
+    """The one progress display: one spinner line per key on stderr, started on the first
+    line, thread-safe (a fleet updates it from several threads)."""
+
+    def __init__(self, quiet: bool):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                  TimeElapsedColumn(), console=console(stderr=True),
+                                  transient=False, disable=quiet)
+        self._tasks: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def last(self) -> str | None:
+        return next(reversed(self._tasks), None)
+
+    def show(self, key: str, text: str, *, done: bool = False, markup: bool = False) -> None:
+        desc = text if markup else escape(text)
+        with self._lock:
+            if not self._tasks:
+                self._progress.start()
+            if key not in self._tasks:
+                self._tasks[key] = self._progress.add_task(desc, total=None)
+            else:
+                self._progress.update(self._tasks[key], description=desc)
+            if done:
+                self._progress.update(self._tasks[key], total=1, completed=1)
+
+    def finish(self, *, except_key: str | None = None) -> None:
+        with self._lock:
+            for key, tid in self._tasks.items():
+                if key != except_key:
+                    self._progress.update(tid, total=1, completed=1)
+
+    def close(self) -> None:
+        if self._tasks:
+            self.finish()
+            self._progress.stop()
+
+
+@contextmanager
+def spinners(quiet: bool):
+    s = Spinners(quiet)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@contextmanager
+def step_progress(quiet: bool):
+    """Yields on_step(step, message): one line per step; a new step completes the others."""
+    with spinners(quiet) as s:
+        def on_step(step: str, message: str):
+            s.finish(except_key=step)
+            s.show(step, f"{step}: {message}")
+
+        yield on_step
+
+
+@contextmanager
+def fleet_progress(quiet: bool):
+    """Yields on_step(device, step, message): one line per device."""
+    final = {"done", "failed", "busy", "skipped"}
+    with spinners(quiet) as s:
+        def on_step(device: str, step: str, message: str):
+            s.show(device, f"{device}: {step}: {message}" if message else f"{device}: {step}",
+                   done=step in final)
+
+        yield on_step
+
+
+@contextmanager
+def build_progress(quiet: bool):
+    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached'."""
+    with spinners(quiet) as s:
+        def on_event(name, phase, info):
+            if phase == "start":
+                s.show(name, name)
+            else:
+                note = "cached" if info["cache_hit"] else f"{info['seconds']:.1f}s"
+                s.show(name, f"{escape(name)} [dim]({note})[/dim]", done=True, markup=True)
+
+        def log(msg):
+            if s.last:
+                s.show(s.last, f"{escape(s.last)}: [dim]{escape(msg)}[/dim]", markup=True)
+
+        yield on_event, log

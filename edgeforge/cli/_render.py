@@ -1,0 +1,78 @@
+"""Renderers shared by several verb modules (the build summary: `build`, `run`)."""
+from __future__ import annotations
+
+from ..report.fmt import nbytes as _fmt_bytes
+from ._common import console
+
+
+def _fmt(v, spec=".4f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_build_summary(m: dict, out_dir) -> None:
+    from rich.table import Table
+
+    con = console()
+    t = Table(title=f"{m['name']} → {m['target']} ({m['backend']}, {m['precision']})", title_justify="left")
+    t.add_column("step")
+    t.add_column("cache")
+    t.add_column("seconds", justify="right")
+    for s in m["steps"]:
+        t.add_row(s["pass"], "hit" if s["cache_hit"] else "miss", f"{s['seconds']:.2f}")
+    con.print(t)
+    a = m["artifact"]
+    fs = m.get("float_size_bytes")
+    v = m["verify"]
+    pct = lambda x: "-" if x is None else f"{x * 100:.2f}%"  # noqa: E731
+    s = Table(show_header=False, box=None, padding=(0, 2))
+    s.add_column(style="bold")
+    s.add_column()
+    s.add_row("artifact", f"{out_dir}/{a['path']}  ({_fmt_bytes(a['size_bytes'])}, sha256 {a['sha256'][:12]}…)")
+    if fs and m["precision"] != "fp32":
+        s.add_row("float size", f"{_fmt_bytes(fs)}  (float/{m['precision']} = {fs / a['size_bytes']:.2f}x)")
+    s.add_row("build time", f"{sum(st['seconds'] for st in m['steps']):.1f}s "
+              f"({sum(st['cache_hit'] for st in m['steps'])}/{len(m['steps'])} steps cached)")
+    status_style = {"passed": "green", "failed": "red"}.get(v["status"], "yellow")
+    s.add_row("verify", f"[{status_style}]{v['status']}[/{status_style}]"
+              + (f" on the host ({v['runtime']['name']} {v['runtime']['version']})" if v.get("runtime") else ""))
+    if v.get("runtime"):
+        s.add_row("top-1 agreement", pct(v.get("top1_agreement")))
+        s.add_row("accuracy", f"{pct(v.get('accuracy'))} (float {pct(v.get('float_accuracy'))}, "
+                  f"drop {_fmt(v.get('accuracy_drop'), '.2f')} points)")
+        s.add_row("max abs error", f"{_fmt(v.get('max_abs_error'), '.3e')} (relative {_fmt(v.get('rel_max_abs_error'), '.2e')})")
+        s.add_row("cosine", _fmt(v.get("cosine"), ".6f"))
+    elif v.get("float_accuracy") is not None:
+        s.add_row("float accuracy", pct(v.get("float_accuracy")))
+    con.print(s)
+    if v["status"] == "device-only":
+        con.print("[dim]verify: device-only — the host cannot run this artifact; `edgeforge bench` measures it on the board[/dim]")
+    applied = [r for r in m.get("rewrites", []) if r.get("ops")]
+    if applied:
+        con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied))
+    ab = m.get("accuracy_budget")
+    if ab and len(ab.get("attempts") or []) > 1:
+        def fig(r):
+            return (f"drop {r['accuracy_drop']:.2f} points" if ab.get("criterion", "accuracy_drop") == "accuracy_drop"
+                    else f"cosine {r['cosine']:.4f}")
+        first = ab["attempts"][0]
+        msg = (f"accuracy budget ({ab.get('describe') or ab['budget_points']}): plain INT8 ({first['algo']}) "
+               f"{fig(ab['initial'])}; {ab['algo']} calibration, {len(ab['keep_float'])} of "
+               f"{ab.get('quantizable_layers') or '?'} layer(s) in float -> {fig(ab['final'])}")
+        if ab["keep_float"]:
+            shown = ", ".join(ab["keep_float"][:6]) + (", …" if len(ab["keep_float"]) > 6 else "")
+            msg += f" ({shown})"
+        cost = ab.get("cost") or {}
+        if cost and cost.get("p50_ms") is None:
+            msg += f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB ({cost['latency_note']})"
+        elif cost:
+            msg += (f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB, p50 {cost['p50_ms_int8']:.3f} -> "
+                    f"{cost['p50_ms']:.3f} ms ({cost['latency_note']})")
+        from rich.markup import escape
+
+        con.print(escape(msg) if ab["met"] else f"[red]{escape(msg)} — budget still missed[/red]")
+    elif m.get("keep_float"):
+        con.print("kept in float: " + ", ".join(m["keep_float"]))
+    if m.get("calibration_search"):
+        con.print("calibration search: " + ", ".join(
+            f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
+            + f" -> {m['quantization']['algo']}")

@@ -1,0 +1,119 @@
+"""The build verbs: ``build``, ``check``, ``targets``, ``cache``."""
+from __future__ import annotations
+
+from ..errors import ConfigError, ExitCode
+from ._common import add_build_flags, build_progress, console, say_error
+from ._render import print_build_summary
+
+
+def register(sub) -> None:
+    b = sub.add_parser("build", help="build PROJECT for a target")
+    b.add_argument("project")
+    add_build_flags(b)
+    b.add_argument("--quiet", "-q", action="store_true")
+    b.set_defaults(func=cmd_build)
+
+    t = sub.add_parser("targets", help="list target profiles, or show one")
+    t.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    t.add_argument("name", nargs="?")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_targets)
+
+    c = sub.add_parser("check", help="pre-flight: list the ops a target cannot take")
+    c.add_argument("project")
+    c.add_argument("--target", required=True)
+    c.add_argument("--backend", choices=["lite", "onnx"])
+    c.set_defaults(func=cmd_check)
+
+    k = sub.add_parser("cache", help="show or clear the build cache")
+    k.add_argument("action", nargs="?", choices=["info", "clear"], default="info")
+    k.set_defaults(func=cmd_cache)
+
+
+def cmd_build(args) -> int:
+    from .. import api
+
+    with build_progress(args.quiet) as (on_event, log):
+        result = api.build(args.project, args.target, out=args.out, precision=args.precision,
+                           backend=args.backend, no_cache=args.no_cache, algo=args.calibration,
+                           max_accuracy_drop=args.max_accuracy_drop,
+                           calibration_search=args.calibration_search,
+                           float_fallback=not args.no_fallback, legalize=not args.no_legalize,
+                           min_cosine=args.min_cosine, on_event=on_event, log=log)
+    print_build_summary(result.manifest, result.out_dir)
+    if result.verify_status == "failed":
+        say_error(f"verify failed: {result.manifest['verify'].get('reason')}; "
+                  f"the build is kept in {result.out_dir} for inspection")
+        return ExitCode.GATE
+    return ExitCode.OK
+
+
+def cmd_targets(args) -> int:
+    from rich.table import Table
+
+    from ..targets import list_targets, load_target
+
+    con = console()
+    if args.action == "show":
+        if not args.name:
+            raise ConfigError("`edgeforge targets show` needs a target name")
+        t = load_target(args.name)
+        if args.json:
+            import json
+
+            print(json.dumps(t.model_dump(mode="json"), indent=2))
+            return ExitCode.OK
+        con.print(f"[bold]{t.name}[/bold]: {t.description}")
+        for section, val in t.model_dump(mode="json").items():
+            if isinstance(val, dict):
+                con.print(f"[bold]\\[{section}][/bold]")
+                for k, v in val.items():
+                    con.print(f"  {k} = {v}")
+            elif section not in ("name", "description"):
+                con.print(f"{section} = {val}")
+        return ExitCode.OK
+    table = Table()
+    for col in ("target", "arch", "backend", "precision", "threads", "description"):
+        table.add_column(col)
+    for name in list_targets():
+        t = load_target(name)
+        table.add_row(name, t.hardware.arch, "/".join([t.backend.default] + [b for b in t.backends() if b != t.backend.default]),
+                      t.precision, str(t.runtime.threads), t.description)
+    con.print(table)
+    return ExitCode.OK
+
+
+def cmd_check(args) -> int:
+    from rich.table import Table
+
+    from .. import api
+
+    report = api.check(args.project, args.target, backend=args.backend)
+    con = console()
+    applied = [r for r in report["rewrites"] if r.get("ops")]
+    if applied:
+        con.print("rewrites legalize applies: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied))
+    if not report["findings"]:
+        con.print(f"[green]ok[/green]: {report['target']} ({report['backend']}) takes every op of {report['name']} "
+                  f"after legalize ({report['num_ops']} ops)")
+        return ExitCode.OK
+    t = Table(title=f"ops {report['target']} ({report['backend']}) cannot take")
+    for col in ("op", "count", "why", "what to do"):
+        t.add_column(col)
+    for f in report["findings"]:
+        t.add_row(f["op"], str(f["count"]), f["reason"], f["remedy"])
+    con.print(t)
+    return ExitCode.PASS
+
+
+def cmd_cache(args) -> int:
+    from ..cache import Cache
+
+    c = Cache()
+    if args.action == "clear":
+        n = c.clear()
+        print(f"removed {n} cache entries from {c.root}")
+    else:
+        n = sum(1 for _ in c.root.glob("*/*")) if c.root.exists() else 0
+        print(f"{c.root}: {n} entries")
+    return ExitCode.OK

@@ -1,0 +1,288 @@
+"""The device verbs: ``bench``, ``run``, ``sweep``.
+
+    edgeforge bench BUILD_DIR --device NAME [bench flags] [gate flags]
+    edgeforge bench BUILD_DIR... --devices TAG|NAME|all[,...] [--jobs N] [...]
+    edgeforge run PROJECT --target T --device D [build flags] [bench flags]
+    edgeforge sweep PROJECT --target T --device D [--precisions fp32,int8]
+                    [--threads 1,2,4] [--power-modes M,...] [bench flags]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import ConfigError, ExitCode
+from ..report import fmt
+from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, check_gate_flags, console, escape,
+                      fleet_progress, gate_with_history, positive_int, say_error,
+                      step_progress, wrap)
+from ._render import print_build_summary
+
+
+def register(sub) -> None:
+    b = sub.add_parser(
+        "bench", help="push builds to devices over SSH; measure latency and drift there",
+        description=wrap("Bench BUILD_DIR on one device (--device NAME), or one or more builds on a fleet "
+                    "(--devices TAG|NAME|all, comma-separated; each device gets every build whose target is "
+                    "its target, devices in parallel). One bench per device at a time: a lease on the device "
+                    "(<workdir>/.lease) makes another bench wait (--wait S) or report the device busy. A device "
+                    "that fails 3 benches in a row is marked unhealthy (devices.state.json beside the inventory) "
+                    "and skipped until `edgeforge devices check NAME` passes."),
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("build_dir", nargs="+", metavar="BUILD_DIR")
+    b.add_argument("--device", metavar="NAME", help="one device by name (one build: a single bench, as before)")
+    b.add_argument("--devices", metavar="SEL", help="devices by tag or name (comma-separated), or 'all'")
+    b.add_argument("--jobs", type=positive_int, metavar="N", help="devices benched at once (default: all selected)")
+    b.add_argument("--threads", type=positive_int, metavar="N", help="runtime threads (default: the build's target)")
+    b.add_argument("--power-mode", metavar="MODE", help="runtime power mode (default: the build's target)")
+    add_bench_flags(b, device=False)
+    b.set_defaults(func=cmd_bench)
+
+    r = sub.add_parser("run", help="build PROJECT for a target, then bench it on a device",
+                       epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("project")
+    add_build_flags(r, full=False)
+    add_bench_flags(r)
+    r.set_defaults(func=cmd_run)
+
+    w = sub.add_parser(
+        "sweep", help="build PROJECT per precision, bench each over threads x power modes on one device",
+        description=wrap("Builds PROJECT for each precision (cached), then benches every point of precision x threads "
+                    "x power mode on DEVICE, one normal result per point tagged with the sweep id, and prints "
+                    "one table (with the INT8 speed-up over fp32 at the same threads and power mode)."),
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    w.add_argument("project")
+    w.add_argument("--target", required=True)
+    w.add_argument("--backend", choices=["lite", "onnx"])
+    w.add_argument("--precisions", metavar="P,...", help="comma-separated (default: fp32,int8)")
+    w.add_argument("--threads", metavar="N,...", help="comma-separated (default: 1, 2, 4, ... up to the target's cores)")
+    w.add_argument("--power-modes", metavar="M,...", help="comma-separated (default: the target's runtime.power_modes)")
+    w.add_argument("--out", metavar="DIR", help="parent directory of the builds (default: build/)")
+    w.add_argument("--no-cache", action="store_true")
+    add_bench_flags(w)
+    w.set_defaults(func=cmd_sweep)
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_bench(args) -> int:
+    check_gate_flags(args)
+    if args.device and args.devices:
+        raise ConfigError("give --device NAME or --devices TAG|NAME|all, not both")
+    if not (args.device or args.devices):
+        raise ConfigError("bench needs --device NAME or --devices TAG|NAME|all")
+    if args.device and len(args.build_dir) == 1:
+        return _bench_one(args)
+    return _bench_fleet(args)
+
+
+def _bench_one(args) -> int:
+    from ..device.bench import bench
+
+    with step_progress(args.quiet) as on_step:
+        outcome = bench(args.build_dir[0], args.device, runs=args.runs, warmups=args.warmups, timeout=args.timeout,
+                        connect_timeout=args.connect_timeout, trust_new_host=args.trust_new_host,
+                        inventory=args.inventory, results_dir=args.results, on_step=on_step,
+                        threads=args.threads, power_mode=args.power_mode, wait=args.wait, retries=args.retries)
+    if args.json:
+        print(json.dumps(outcome.result, indent=2))
+    else:
+        print_bench_result(outcome.result, outcome.path)
+    return gate_with_history(args, [outcome.result], [outcome.path])
+
+
+def _bench_fleet(args) -> int:
+    from ..device.fleet import fleet_bench
+
+    with fleet_progress(args.quiet) as on_step:
+        outcome = fleet_bench(args.build_dir, args.devices or args.device, inventory=args.inventory, runs=args.runs,
+                              warmups=args.warmups, timeout=args.timeout, connect_timeout=args.connect_timeout,
+                              threads=args.threads, power_mode=args.power_mode, wait=args.wait,
+                              retries=args.retries, jobs=args.jobs, trust_new_host=args.trust_new_host,
+                              results_dir=args.results, on_step=on_step)
+    if args.json:
+        print(json.dumps(outcome.to_dict(), indent=2))
+    else:
+        print_fleet(outcome)
+    results = outcome.results
+    gate = gate_with_history(args, results, [j.path for r in outcome.runs for j in r.jobs])
+    if outcome.failed:
+        shown = "; ".join(f"{r.name} ({r.error})" for r in outcome.failed)
+        tried = len([r for r in outcome.runs if r.jobs])
+        say_error(f"{len(outcome.failed)} of {tried} devices failed: {shown}")
+        return ExitCode.DEVICE
+    if not results:
+        say_error("no device was benched: "
+                  + "; ".join(f"{r.name}: {r.note}" for r in outcome.runs if r.note))
+        return ExitCode.DEVICE
+    return gate
+
+
+def cmd_run(args) -> int:
+    from .. import api
+    from ..device.bench import bench
+    from ..device.inventory import load_inventory
+
+    check_gate_flags(args)
+    dev = load_inventory(args.inventory).get(args.device)   # fail before a build, not after
+    if dev.target != args.target:
+        raise ConfigError(f"device {dev.name} is a {dev.target}, not a {args.target}",
+                          hint=f"use --target {dev.target}")
+    with step_progress(args.quiet) as on_step:
+        result = api.build(args.project, args.target, out=args.out, precision=args.precision,
+                           backend=args.backend, no_cache=args.no_cache,
+                           on_event=lambda name, phase, info: on_step("build", f"{name} {phase}"),
+                           log=lambda msg: on_step("build", msg))
+    if not args.quiet:
+        print_build_summary(result.manifest, result.out_dir)
+    if result.verify_status == "failed":
+        say_error(f"verify failed: {result.manifest['verify'].get('reason')}; not benching it")
+        return ExitCode.GATE
+    with step_progress(args.quiet) as on_step:
+        outcome = bench(result.out_dir, args.device, runs=args.runs, warmups=args.warmups, timeout=args.timeout,
+                        connect_timeout=args.connect_timeout, trust_new_host=args.trust_new_host,
+                        inventory=args.inventory, results_dir=args.results, on_step=on_step,
+                        wait=args.wait, retries=args.retries)
+    if args.json:
+        print(json.dumps(outcome.result, indent=2))
+    else:
+        print_bench_result(outcome.result, outcome.path)
+    return gate_with_history(args, [outcome.result], [outcome.path])
+
+
+def cmd_sweep(args) -> int:
+    from ..device.sweep import parse_list, sweep
+
+    check_gate_flags(args)
+    bad = [p for p in (args.precisions or "").split(",") if p.strip() and p.strip() not in ("int8", "fp16", "fp32")]
+    if bad:
+        raise ConfigError(f"unknown precision(s) {', '.join(bad)}: use int8, fp16, fp32")
+    with step_progress(args.quiet) as on_step:
+        outcome = sweep(args.project, args.target, args.device, backend=args.backend,
+                        precisions=parse_list(args.precisions, str, "precision"),
+                        threads=parse_list(args.threads, int, "thread count"),
+                        power_modes=parse_list(args.power_modes, str, "power mode"), out=args.out,
+                        no_cache=args.no_cache, runs=args.runs, warmups=args.warmups, timeout=args.timeout,
+                        connect_timeout=args.connect_timeout, wait=args.wait, retries=args.retries,
+                        trust_new_host=args.trust_new_host, inventory=args.inventory, results_dir=args.results,
+                        on_step=on_step)
+    if args.json:
+        print(json.dumps({"sweep": outcome.id, "device": outcome.device, "target": outcome.target,
+                          "backend": outcome.backend, "notes": outcome.notes,
+                          "error": outcome.error.one_line() if outcome.error else None,
+                          "points": [{"precision": p.precision, "threads": p.threads, "power_mode": p.power_mode,
+                                      "status": p.status, "result": str(p.path) if p.path else None,
+                                      "p50_ms": p.p50_ms, "speedup_vs_fp32": outcome.speedup(p), "error": p.error}
+                                     for p in outcome.points]}, indent=2))
+    else:
+        print_sweep(outcome)
+    gate = gate_with_history(args, outcome.results, [p.path for p in outcome.points]) if outcome.results else ExitCode.OK
+    if outcome.error is not None:
+        raise outcome.error
+    if outcome.verify_failed:
+        say_error(f"verify failed for {', '.join(outcome.verify_failed)}; not benched")
+        return ExitCode.GATE
+    return gate
+
+
+def print_bench_result(result: dict, path) -> None:
+    from rich.table import Table
+
+    con = console()
+    a, d, s, rt = result["artifact"], result["device"], result["settings"], result["runtime"]
+    fp = d["fingerprint"]
+    title = (f"{a.get('name') or 'model'} ({a['backend']}, {a['precision']}) on {d['name']} "
+             f"[{a['target']}] — {rt.get('name')} {rt.get('version') or ''}").strip()
+    t = Table(title=escape(title), title_justify="left", show_header=True)
+    for col in ("p50", "p90", "p99", "mean", "MAD", "min", "max", "peak RSS"):
+        t.add_column(col, justify="right")
+    sm = result["summary"]
+    t.add_row(*[fmt.num(sm.get(k), ".3f", " ms") for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "mad_ms",
+                                                         "min_ms", "max_ms")],
+              fmt.num(sm.get("peak_rss_mb"), ".1f", " MB"))
+    con.print(t)
+    dr = result["drift"]
+    info = Table(show_header=False, box=None, padding=(0, 2))
+    info.add_column(style="bold")
+    info.add_column(overflow="fold")
+    warm = f"{s['warmups']}" + (" (auto" + (", stable" if s.get("warmup_stable") else ", not stable") + ")"
+                                if s.get("warmups_requested") == "auto" else "")
+    info.add_row("settings", escape(f"{s['runs']} runs, {warm} warmups, threads {s.get('threads')}"
+                 + (f", power mode {s['power_mode']}" if s.get("power_mode") else "")
+                 + (f", providers {', '.join(s['execution_providers'])}" if s.get("execution_providers") else "")
+                 + f", runner {s.get('runner')}, batch {s.get('batch', 1)}"))
+    if dr.get("top1_agreement") is not None or dr.get("max_abs_error") is not None:
+        info.add_row("top-1 agreement", fmt.pct(dr.get("top1_agreement")))
+        if dr.get("accuracy") is not None:
+            info.add_row("accuracy", f"{fmt.pct(dr.get('accuracy'))} (float {fmt.pct(dr.get('float_accuracy'))}, "
+                                     f"drop {fmt.num(dr.get('accuracy_drop'), '.2f')} points)")
+        info.add_row("max abs error", f"{fmt.num(dr.get('max_abs_error'), '.3e')} (mean {fmt.num(dr.get('mean_abs_error'), '.3e')})")
+        info.add_row("cosine", fmt.num(dr.get("cosine"), ".6f"))
+    else:
+        info.add_row("drift", f"[yellow]not measured[/yellow]: {escape(dr.get('skipped', ''))}")
+    info.add_row("device", escape(f"{fp.get('cpu_model')}, {fp.get('cores')} cores, {fp.get('arch')}, "
+                                  f"kernel {fp.get('kernel')}, governor {fp.get('governor') or '-'}"))
+    temps = (f"{fmt.num(fp.get('temp_c_before'), '.1f')} → {fmt.num(fp.get('temp_c_after'), '.1f')} °C"
+             if fp.get("temp_c_before") is not None else "no thermal zones")
+    info.add_row("conditions", escape(f"temperature {temps}, load {fp.get('load_avg')}"))
+    tr = result["transfer"]
+    info.add_row("transfer", escape(f"{fmt.nbytes(tr['uploaded_bytes'])} in {tr['seconds']:.2f}s"
+                 + (f" ({', '.join(tr['files'])})" if tr.get("files") else " (the device already held every file)")))
+    con.print(info)
+    con.print(f"[bold]result[/bold] {escape(path)}")
+
+
+def print_fleet(outcome) -> None:
+    from rich.table import Table
+
+    con = console()
+    t = Table(title=escape(f"fleet {outcome.id}"), title_justify="left")
+    for col in ("device", "target", "build", "status", "p50", "p90", "drop pts", "result / cause"):
+        t.add_column(col, overflow="fold", justify="right" if col in ("p50", "p90", "drop pts") else "left")
+    style = {"ok": "green", "failed": "red", "not run": "yellow"}
+    for r in outcome.runs:
+        if not r.jobs:
+            t.add_row(escape(r.name), escape(r.device.target), "-", r.status, "-", "-", "-", escape(r.note or ""))
+        for j in r.jobs:
+            sm = (j.result or {}).get("summary", {})
+            dr = (j.result or {}).get("drift", {})
+            where = str(j.path) if j.path else (j.error or r.note or r.error or "")
+            t.add_row(escape(r.name), escape(r.device.target), escape(j.label),
+                      f"[{style.get(j.status, 'yellow')}]{j.status}[/]", fmt.num(sm.get("p50_ms"), ".3f", " ms"),
+                      fmt.num(sm.get("p90_ms"), ".3f", " ms"), fmt.num(dr.get("accuracy_drop"), ".2f"), escape(where))
+    con.print(t)
+    active = [r for r in outcome.runs if r.status not in ("idle",)]
+    con.print(f"{len(outcome.ok)} of {len(active)} device(s) ok"
+              + (f", {len(outcome.failed)} failed" if outcome.failed else "")
+              + (f", {sum(r.status == 'skipped' for r in outcome.runs)} skipped"
+                 if any(r.status == "skipped" for r in outcome.runs) else ""), markup=False)
+    for r in outcome.runs:
+        if r.failed:
+            con.print(f"failed: {r.name} ({r.status}): {r.error}" + (f"; {r.hint}" if r.hint else ""),
+                      style="red", markup=False)
+    for r in outcome.runs:
+        if r.status in ("skipped", "idle"):
+            con.print(f"{r.status}: {r.name}: {r.note}", style="yellow", markup=False)
+    for note in outcome.notes:
+        con.print(f"note: {note}", style="yellow", markup=False)
+
+
+def print_sweep(outcome) -> None:
+    from rich.table import Table
+
+    con = console()
+    t = Table(title=escape(f"sweep {outcome.id}: {outcome.device} [{outcome.target}, {outcome.backend}]"),
+              title_justify="left")
+    for col in ("precision", "threads", "power mode", "p50", "p90", "p99", "MAD", "drop pts", "vs fp32", "result"):
+        t.add_column(col, overflow="fold", justify="left" if col in ("precision", "power mode", "result") else "right")
+    for p in outcome.points:
+        sm = (p.result or {}).get("summary", {})
+        dr = (p.result or {}).get("drift", {})
+        sp = outcome.speedup(p)
+        t.add_row(p.precision, str(p.threads), escape(p.power_mode or "-"),
+                  *[fmt.num(sm.get(k), ".3f", " ms") for k in ("p50_ms", "p90_ms", "p99_ms", "mad_ms")],
+                  fmt.num(dr.get("accuracy_drop"), ".2f"), "-" if sp is None else f"{sp:.2f}x",
+                  escape(str(p.path) if p.path else (p.error or p.status)))
+    con.print(t)
+    for note in outcome.notes:
+        con.print(f"note: {note}", style="yellow", markup=False)

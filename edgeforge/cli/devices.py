@@ -1,0 +1,129 @@
+"""The ``devices`` verb: list the inventory, or check one device.
+
+    edgeforge devices [list] [--inventory FILE]
+    edgeforge devices check NAME [--inventory FILE] [--trust-new-host]
+"""
+from __future__ import annotations
+
+import json
+
+from ..errors import ConfigError, DeviceError, ExitCode
+from ..report import fmt
+from . import emulate
+from ._common import add_device_flags, console, escape, positive_float, step_progress
+
+
+def register(sub) -> None:
+    d = sub.add_parser("devices", help="list the device inventory, or check one device")
+    d.add_argument("action", nargs="?", choices=["list", "check", *emulate.ACTIONS], default="list")
+    d.add_argument("name", nargs="?")
+    add_device_flags(d)
+    d.add_argument("--connect-timeout", type=positive_float, metavar="S")
+    d.add_argument("--timeout", type=positive_float, metavar="S")
+    d.add_argument("--json", action="store_true")
+    d.add_argument("--quiet", "-q", action="store_true")
+    emulate.add_arguments(d)
+    d.set_defaults(func=cmd_devices)
+
+
+def cmd_devices(args) -> int:
+    from ..device.inventory import load_inventory
+
+    if args.action in emulate.ACTIONS:
+        return emulate.run(args)
+    if args.action == "list":
+        if args.name:
+            raise ConfigError("`edgeforge devices list` takes no device name")
+        inv = load_inventory(args.inventory)
+        if args.json:
+            from ..device.health import HealthStore
+
+            state = HealthStore(inv.path).read()
+            print(json.dumps({n: {**inv.devices[n].model_dump(mode="json"), "health": state.get(n)}
+                              for n in inv.names()}, indent=2))
+        else:
+            print_devices(inv)
+        return ExitCode.OK
+    if not args.name:
+        raise ConfigError("`edgeforge devices check` needs a device name")
+    from ..device.check import check_device
+
+    with step_progress(args.quiet) as on_step:
+        on_step("check", f"connecting to {args.name}")
+        report = check_device(args.name, inventory=args.inventory, connect_timeout=args.connect_timeout,
+                              timeout=args.timeout, trust_new_host=args.trust_new_host)
+    if args.json:
+        from ..device.health import HealthStore
+
+        state = HealthStore(load_inventory(args.inventory).path).get(args.name)
+        print(json.dumps({**report, "health": state or None}, indent=2))
+    else:
+        print_check(report)
+    if not report["matches"]:
+        failed = [f"{c['check']} ({c['detail']})" for c in report["checks"] if c["required"] and not c["ok"]]
+        raise DeviceError(args.name, f"does not match target {report['target']}: {'; '.join(failed)}")
+    from ..device.health import HealthStore
+
+    store = HealthStore(load_inventory(args.inventory).path)
+    if store.clear(args.name) and not args.json:
+        console().print(f"cleared the unhealthy mark on {escape(args.name)} in {escape(store.path)}")
+    return ExitCode.OK
+
+
+def print_devices(inv) -> None:
+    from rich.table import Table
+
+    from ..device.health import HealthStore
+
+    state = HealthStore(inv.path).read()
+    t = Table(title=escape(f"devices in {inv.path}"), title_justify="left")
+    for col in ("device", "address", "target", "python", "workdir", "tags", "health"):
+        t.add_column(col)
+    for name in inv.names():
+        d = inv.devices[name]
+        e = state.get(name) or {}
+        n = int(e.get("consecutive_failures") or 0)
+        health = ("[red]unhealthy[/red]" if e.get("unhealthy") else
+                  f"[yellow]{n} failure(s)[/yellow]" if n else "ok")
+        t.add_row(*[escape(x) for x in (name, d.address, d.target, d.python, d.workdir, ", ".join(d.tags))], health)
+    console().print(t)
+
+
+def print_check(report: dict) -> None:
+    from rich.table import Table
+
+    con = console()
+    fp = report["fingerprint"]
+    head = f"({report['address']}), target {report['target']}"
+    con.print(f"[bold]{escape(report['device'])}[/bold] {escape(head)}")
+    f = Table(show_header=False, box=None, padding=(0, 2))
+    f.add_column(style="bold")
+    f.add_column(overflow="fold")
+    f.add_row("cpu", escape(f"{fp.get('cpu_model')} ({fp.get('cores')} cores, {fp.get('arch')})"))
+    f.add_row("kernel", escape(f"{fp.get('os')} {fp.get('kernel')}"))
+    f.add_row("governor", escape(fp.get("governor") or "-"))
+    f.add_row("temperature", fmt.num(fp.get("temp_c"), ".1f", " °C") if fp.get("temp_c") is not None else "-")
+    f.add_row("load", escape(fp.get("load_avg")))
+    f.add_row("memory", f"{fmt.num(fp.get('mem_available_mb'), '.0f')} of {fmt.num(fp.get('mem_total_mb'), '.0f')} MB free")
+    f.add_row("python", escape(f"{report['python']['version']} ({report['python']['executable']})"))
+    for host, key in report.get("recorded_host_keys", []):
+        f.add_row("host key", escape(f"recorded {key} for {host}"))
+    con.print(f)
+    r = Table(title="runtimes", title_justify="left")
+    for col in ("runtime", "present", "version", "details"):
+        r.add_column(col)
+    for name, info in report["runtimes"].items():
+        present = bool(info.get("present"))
+        details = ", ".join(info.get("providers", [])) if present else info.get("error", "")
+        if info.get("path"):
+            details = f"{info['path']} {details}".strip()
+        r.add_row(escape(name), "[green]yes[/green]" if present else "[red]no[/red]", escape(info.get("version") or "-"),
+                  escape(details))
+    con.print(r)
+    c = Table(title=escape(f"matches target {report['target']}"), title_justify="left")
+    for col in ("check", "result", "detail"):
+        c.add_column(col)
+    for ch in report["checks"]:
+        mark = "[green]ok[/green]" if ch["ok"] else ("[red]no[/red]" if ch["required"] else "[yellow]no (optional)[/yellow]")
+        c.add_row(escape(ch["check"]), mark, escape(ch["detail"]))
+    con.print(c)

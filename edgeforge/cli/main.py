@@ -1,0 +1,68 @@
+"""The edgeforge command line: the verb list and the one place that maps errors to exit codes.
+
+Each module in ``VERBS`` exposes ``register(sub)``, which adds its verbs to the subparsers
+``sub``; to add a verb family, write ``edgeforge/cli/<family>.py`` and list it here. The
+modules are imported plainly: a broken one fails every command loudly, it never vanishes.
+
+Exit codes (:class:`edgeforge.errors.ExitCode`): 0 ok, 1 a quality gate failed, 2 usage or
+configuration, 3 a build pass failed, 4 a device failed, 70 an internal error (a bug in
+edgeforge, not in the input: re-run with --debug and report it), 130 interrupted.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from ..errors import EdgeforgeError, ExitCode
+from . import build, device, devices, report, toolchain
+from ._common import Parser
+
+VERBS = (build, device, devices, report, toolchain)
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="edgeforge",
+               description="Compile trained Paddle models for edge devices, bench them there.")
+    p.set_defaults(debug=False)
+    sub = p.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
+    sub.required = True
+    for module in VERBS:
+        module.register(sub)
+    return p
+
+
+def exit_code(exc: BaseException) -> ExitCode:
+    """The one error -> exit-code map."""
+    if isinstance(exc, EdgeforgeError):
+        return ExitCode(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED
+    return ExitCode.INTERNAL
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, EdgeforgeError):
+        return exc.one_line()
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return (f"internal error {type(exc).__name__}: {first} "
+            "(re-run with --debug and report it)")
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("EDGEFORGE_DEBUG") == "1"
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args))
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - mapped, one line
+        if debug and not isinstance(exc, KeyboardInterrupt):
+            traceback.print_exc()
+        print(f"error: {_message(exc)}", file=sys.stderr)
+        return int(exit_code(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
