@@ -5,6 +5,7 @@ Profiles are data, in ``targets/*.toml``. Unknown keys and unknown names are err
 from __future__ import annotations
 
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
@@ -112,7 +113,8 @@ def targets_dir() -> Path:
     if env:
         return Path(env)
     here = Path(__file__).resolve().parent
-    for cand in (here / "targets", here.parent / "targets"):
+    # a checkout, then a wheel install (pyproject data-files: <prefix>/share/edgeforge/targets)
+    for cand in (here / "targets", here.parent / "targets", Path(sys.prefix) / "share" / "edgeforge" / "targets"):
         if cand.is_dir():
             return cand
     raise ConfigError("no targets/ directory found; set EDGEFORGE_TARGETS to one")

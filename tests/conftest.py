@@ -19,6 +19,10 @@ EXAMPLE = REPO / "examples" / "digits"
 def _isolated_cache(tmp_path_factory):
     """Every test session gets its own build cache unless EDGEFORGE_CACHE is set by the caller."""
     if "EDGEFORGE_CACHE" not in os.environ:
+        from edgeforge.toolchain import toolchains_dir
+
+        # the Paddle Lite toolchain stays where it is installed (under the user's cache)
+        os.environ.setdefault("EDGEFORGE_TOOLCHAINS", str(toolchains_dir()))
         os.environ["EDGEFORGE_CACHE"] = str(tmp_path_factory.mktemp("edgeforge-cache"))
     yield
 

@@ -6,8 +6,9 @@
 
 ``start`` writes into DIR: ``host_ed25519_key`` (the server's key), ``client_ed25519_key`` (ours),
 ``authorized_keys``, ``known_hosts`` (pre-filled with the host key), ``sshd_config``,
-``sshd.pid``, ``sshd.log``, ``workdir/`` and ``devices.toml`` with one device (the python on the
-device is this interpreter, so it has numpy, onnxruntime and paddlelite). Tests use
+``sshd.pid``, ``sshd.log``, ``workdir/`` and ``devices.toml`` with one device. The python on the
+device (:func:`device_python`) must run both Lite and ONNX builds: the Paddle Lite toolchain's
+interpreter when it has onnxruntime too (a managed toolchain does), else this one. Tests use
 :class:`LocalSshd` directly.
 """
 from __future__ import annotations
@@ -75,6 +76,16 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def device_python() -> str:
+    """An interpreter with numpy, onnxruntime and (where installed) paddlelite for the runner."""
+    from ..toolchain import find_lite
+
+    tc = find_lite()
+    if tc is not None and tc.onnxruntime and tc.numpy:
+        return tc.python
+    return sys.executable
+
+
 class LocalSshd:
     """sshd on 127.0.0.1:PORT, configured from files in ``root``."""
 
@@ -83,7 +94,7 @@ class LocalSshd:
         self.root = Path(root).resolve()
         self.name = name
         self.target = target
-        self.python = python or sys.executable
+        self.python = python or device_python()
         self.port = port
         self.host_key = self.root / "host_ed25519_key"
         self.client_key = self.root / "client_ed25519_key"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+from edgeforge.device.localsshd import device_python
 from edgeforge.runner import RUNNER_FILE
 from edgeforge.runner import edgeforge_runner as runner
 
@@ -31,7 +31,7 @@ def _events(stdout):
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, str(RUNNER_FILE), *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([device_python(), str(RUNNER_FILE), *map(str, args)], capture_output=True, text=True,
                           timeout=120)
 
 

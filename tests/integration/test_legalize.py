@@ -23,6 +23,7 @@ import paddle.nn.functional as F  # noqa: E402
 from paddle import nn  # noqa: E402
 
 from edgeforge.errors import ConfigError  # noqa: E402
+from edgeforge.toolchain import find_lite  # noqa: E402
 from edgeforge.passes import legalize as L  # noqa: E402
 
 _OPT = r"""
@@ -86,7 +87,7 @@ def infer(model_dir: Path, x: np.ndarray) -> list[np.ndarray]:
 
 def lite_convert(model_dir: Path, target: str, out: Path) -> tuple[int, str, Path]:
     res = subprocess.run(
-        [sys.executable, "-c", _OPT, str(model_dir / "model.pdmodel"),
+        [find_lite().python, "-c", _OPT, str(model_dir / "model.pdmodel"),
          str(model_dir / "model.pdiparams"), str(out), target],
         capture_output=True, text=True, timeout=300, check=False)
     return res.returncode, res.stdout + res.stderr, Path(f"{out}.nb")
@@ -94,7 +95,7 @@ def lite_convert(model_dir: Path, target: str, out: Path) -> tuple[int, str, Pat
 
 def lite_run(nb: Path, x: np.ndarray, tmp: Path) -> tuple[int, str, np.ndarray | None]:
     np.save(tmp / "in.npy", x)
-    res = subprocess.run([sys.executable, "-c", _LITE_RUN, str(nb), str(tmp / "in.npy"),
+    res = subprocess.run([find_lite().python, "-c", _LITE_RUN, str(nb), str(tmp / "in.npy"),
                           str(tmp / "out.npy")], capture_output=True, text=True, timeout=300,
                          check=False)
     out = np.load(tmp / "out.npy") if res.returncode == 0 else None
