@@ -51,7 +51,7 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
                 max_accuracy_drop: float | None = None, calibration_search: bool = False,
                 float_fallback: bool = True, legalize: bool = True, min_cosine: float | None = None):
     from .passes.export import ExportPass
-    from .passes.legalize_pass import LegalizeInt8Pass, LegalizePass
+    from .passes.legalize import LegalizeInt8Pass, LegalizePass
     from .passes.lite import LiteConvertPass
     from .passes.onnx import OnnxConvertPass, OnnxFp16Pass
     from .passes.quantize import OnnxQuantizePass, PaddlePTQPass, QuantConfig

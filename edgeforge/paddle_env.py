@@ -31,6 +31,17 @@ def static_mode():
 
 
 @contextlib.contextmanager
+def legacy_static():
+    """Static graph mode with the legacy IR for the block, restoring what was there (Paddle's
+    OldIrGuard enters static mode from dygraph and switches PIR off if it was on). Yields paddle."""
+    paddle = import_paddle()
+    from paddle.pir_utils import OldIrGuard
+
+    with OldIrGuard():
+        yield paddle
+
+
+@contextlib.contextmanager
 def private_scope(paddle):
     """A fresh ``paddle.static.Scope`` as the current scope and an Executor for it; both are
     released on exit, the executor first. Yields ``(scope, exe)``.

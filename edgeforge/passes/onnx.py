@@ -32,7 +32,7 @@ class OnnxConvertPass(Pass):
         return {"backend": "onnx", "opset": self.config.opset}
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
-        from .legalize_hooks import suspects_for
+        from .legalize import suspects_for
 
         out = out_dir / "model.onnx"
         ctx.log(f"paddle2onnx opset {self.config.opset}")

@@ -20,7 +20,6 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
-from ..cache import sha256_file
 from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
@@ -56,10 +55,6 @@ def calibration_batches(ctx: PassContext, cfg: QuantConfig) -> list[dict[str, np
     return batches
 
 
-def data_digest(ctx: PassContext) -> str:
-    return sha256_file(ctx.project.path(ctx.project.spec.data.calibration))
-
-
 @contextlib.contextmanager
 def quiet_stdout():
     """Library chatter (print, logging, tqdm) would tear the progress display; send it away."""
@@ -76,13 +71,20 @@ def quiet_stdout():
 
 
 @contextlib.contextmanager
-def _fast_kl():
-    try:
-        from ..quant.kl import fast_kl
-    except ImportError:
+def _fast_kl(algo: str, record: dict):
+    """Paddle's KL/hist calibration through edgeforge.quant.kl's fast paths; ``record`` gets
+    whether they took (``{"enabled", "reason"}``), for the manifest."""
+    if algo not in ("KL", "hist"):
         yield
         return
-    with fast_kl():
+    try:
+        from ..quant.kl import fast_kl
+    except ImportError as exc:
+        record.update(enabled=False, reason=f"edgeforge.quant.kl did not import: {exc}")
+        yield
+        return
+    with fast_kl() as status:
+        record.update(status)
         yield
 
 
@@ -96,7 +98,8 @@ class PaddlePTQPass(Pass):
 
     def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str]) -> Path:
         cfg: QuantConfig = self.config
-        with static_mode() as paddle, _fast_kl(), quiet_stdout(), private_scope(paddle) as (scope, exe):
+        with static_mode() as paddle, _fast_kl(algo, self.fast_kl), quiet_stdout(), \
+                private_scope(paddle) as (scope, exe):
             from paddle.static.quantization import PostTrainingQuantization
 
             ptq = PostTrainingQuantization(
@@ -119,6 +122,7 @@ class PaddlePTQPass(Pass):
         from ..quant.budget import paddle_layers, paddle_rank
 
         cfg: QuantConfig = self.config
+        self.fast_kl: dict = {}
         batches = calibration_batches(ctx, cfg)
         n_cal = sum(len(next(iter(b.values()))) for b in batches)
         scratch = ctx.workdir / "quantize-ptq"
@@ -140,6 +144,10 @@ class PaddlePTQPass(Pass):
             shutil.copy2(p, out_dir / p.name)
         shutil.copytree(inp.path, out_dir / "float")
         meta.update(precision="int8", **{k: v for k, v in inp.meta.items() if k == "rewrites"})
+        if self.fast_kl:
+            meta["quantization"]["fast_kl"] = dict(self.fast_kl)
+            if not self.fast_kl["enabled"]:
+                ctx.log(f"fast KL calibration off: {self.fast_kl['reason']}")
         if "accuracy_budget" in meta:
             meta["accuracy_budget"].update(
                 simulated=True, note="measured on the host with Paddle Inference on the fake-quant program")

@@ -24,6 +24,7 @@ from paddle import nn  # noqa: E402
 
 from edgeforge.errors import ConfigError  # noqa: E402
 from edgeforge.toolchain import find_lite  # noqa: E402
+from edgeforge.paddle_env import legacy_static  # noqa: E402
 from edgeforge.passes import legalize as L  # noqa: E402
 
 _OPT = r"""
@@ -246,7 +247,7 @@ def test_legalize_keeps_feeds_fetches_and_copies_untouched_models(tmp_path):
 
 
 def test_flatten_reshape_shape():
-    f = L._flatten_reshape_shape
+    f = L.op_fixes._flatten_reshape_shape
     assert f([1, 4, 6, 6], 1, -1) == [0, 144]
     assert f([-1, 4, 6, 6], 1, 3) == [0, 144]
     assert f([-1, 4, -1, 6], 1, 3) == [0, -1]
@@ -303,7 +304,7 @@ def test_legalize_after_ptq(tmp_path):
     fixed = tmp_path / "fixed"
     L.legalize_model(src, fixed, "lite", ["arm"])
     rng = np.random.default_rng(0)
-    with L._StaticLegacy():
+    with legacy_static():
         exe = paddle.static.Executor(paddle.CPUPlace())
         ptq = PostTrainingQuantization(
             executor=exe, model_dir=str(fixed), model_filename="model.pdmodel",

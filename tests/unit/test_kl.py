@@ -123,7 +123,7 @@ def test_edge_cases_match_reference():
 def test_refine_step_alone_matches_reference(monkeypatch):
     """With the screen's tolerance blown up every threshold is a candidate, so the choice is
     made by the exact (refine) values alone: it must still be the reference's."""
-    monkeypatch.setattr(K, "_TOL_SAFETY", 1e18)
+    monkeypatch.setattr(K.threshold, "_TOL_SAFETY", 1e18)
     rng = np.random.default_rng(21)
     hists = [activation_hist(rng, n=600)[0], synthetic_hist(rng, "ones", 600),
              synthetic_hist(rng, "holes", 400), activation_hist(rng)[0]]
@@ -430,11 +430,11 @@ def test_fast_kl_ptq_gives_the_same_scales_and_unpatches(tmp_path, monkeypatch, 
     if case == "small_budget":                           # room for the 2nd batch only
         sizes = []
         keep = K._keep_activations
-        monkeypatch.setattr(K, "_keep_activations", lambda self, d, budget, u: (
+        monkeypatch.setattr(K.ptq_methods, "_keep_activations", lambda self, d, budget, u: (
             sizes.append(1), keep(self, d, budget if len(sizes) == 2 else 0, u))[1])
     kernel_calls = []
     kernel = K._kernel_histograms
-    monkeypatch.setattr(K, "_kernel_histograms", lambda items: (kernel_calls.append(len(items)),
+    monkeypatch.setattr(K.histogram, "_kernel_histograms", lambda items: (kernel_calls.append(len(items)),
                                                                 kernel(items))[1])
     cls = ptq_mod.PostTrainingQuantization
     originals = (ptq_mod.cal_kl_threshold, ref_mod.cal_kl_threshold,
@@ -494,3 +494,26 @@ def test_fast_kl_restores_on_error_and_nests():
             raise RuntimeError("boom")
     assert ptq_mod.cal_kl_threshold is REFERENCE
     assert not K.installed()
+
+
+def test_fast_kl_says_when_paddle_source_differs(monkeypatch):
+    """A PTQ method whose source is not the one the fast path mirrors keeps Paddle's own, and
+    status() says so (the quantize pass records it in the manifest)."""
+    cls = ptq_mod.PostTrainingQuantization
+
+    def _sample_histogram(self):                         # "a newer Paddle"
+        return None
+
+    monkeypatch.setattr(cls, "_sample_histogram", _sample_histogram)
+    with K.fast_kl() as st:
+        assert cls.__dict__["_sample_histogram"] is _sample_histogram
+        assert ptq_mod.cal_kl_threshold is K.cal_kl_threshold_fast
+    assert st["enabled"] is False
+    assert "_sample_histogram" in st["reason"] and "quantize" in st["reason"]
+    with K.fast_kl() as st:
+        pass
+    assert st["enabled"] is False                        # still patched by the test
+    monkeypatch.undo()
+    with K.fast_kl() as st:
+        assert st == K.status()
+    assert st["enabled"] is True and not K.installed()

@@ -1,13 +1,15 @@
-"""legalize: rewrite the exported program into the form the frozen converters accept, then run
-the pre-flight check. Rewrites and findings live in ``legalize.py``; this is the pass wrapper."""
+"""The two registered passes: ``legalize`` (float program: rewrites, then the pre-flight check)
+and ``legalize.int8`` (the quantized program and the programs kept beside it)."""
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from ..errors import PassError
-from ..paddle_env import static_mode
-from .base import PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
+from ...errors import PassError
+from ...paddle_env import static_mode
+from ..base import PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
+from .preflight import preflight
+from .program_io import legalize_model
 
 
 class LegalizeConfig(PassConfig):
@@ -27,14 +29,12 @@ class LegalizePass(Pass):
         return {"backend": self.config.backend, "valid_targets": self.config.valid_targets}
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
-        from . import legalize
-
         cfg: LegalizeConfig = self.config
         with static_mode():
-            applied = legalize.legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
+            applied = legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
             if applied:
                 ctx.log("rewrites: " + ", ".join(f"{a['rewrite']} ({a['ops']} ops)" for a in applied))
-            findings = legalize.preflight(out_dir, cfg.backend, cfg.valid_targets)
+            findings = preflight(out_dir, cfg.backend, cfg.valid_targets)
         if findings:
             first = findings[0]
             others = f" (+{len(findings) - 1} more; run `edgeforge check`)" if len(findings) > 1 else ""
@@ -55,16 +55,14 @@ class LegalizeInt8Pass(LegalizePass):
     produces = PADDLE_INT8
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
-        from . import legalize
-
         cfg: LegalizeConfig = self.config
         applied: list[dict] = []
         with static_mode():
-            applied = legalize.legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
+            applied = legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
             for sub in ("float", "plain_int8"):
                 if (inp.path / sub).is_dir():
                     (out_dir / sub).mkdir()
-                    legalize.legalize_model(inp.path / sub, out_dir / sub, cfg.backend, cfg.valid_targets)
+                    legalize_model(inp.path / sub, out_dir / sub, cfg.backend, cfg.valid_targets)
         for extra in inp.path.iterdir():
             if extra.is_file() and not (out_dir / extra.name).exists():
                 shutil.copy2(extra, out_dir / extra.name)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...paddle_env import static_mode
+from .preflight import preflight
+
 
 def crash_findings(model_dir: Path, backend: str, valid_targets: list[str]) -> list:
     """Pre-flight findings for the program exactly as the converter saw it (no rewrites)."""
     try:
-        from ..paddle_env import static_mode
-        from .legalize import preflight
-
         with static_mode():
             return list(preflight(model_dir, backend, valid_targets, after_legalize=False))
     except Exception:  # noqa: BLE001 - best effort while reporting another error
