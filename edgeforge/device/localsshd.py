@@ -86,6 +86,50 @@ def device_python() -> str:
     return sys.executable
 
 
+def sshd_config(writer: str, port: int, host_key, authorized_keys, pid_file, extra: tuple[str, ...] = ()) -> str:
+    """An sshd_config for a loopback device: key-only, no PAM, ``extra`` lines before the logging."""
+    return "\n".join([
+        f"# written by {writer}",
+        f"Port {port}",
+        "ListenAddress 127.0.0.1",
+        f"HostKey {host_key}",
+        f"AuthorizedKeysFile {authorized_keys}",
+        f"PidFile {pid_file}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password",
+        "UsePAM no",
+        "StrictModes no",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "AllowTcpForwarding no",
+        "X11Forwarding no",
+        "MaxStartups 50:30:100",
+        "MaxSessions 50",
+        *extra,
+        "LogLevel VERBOSE",
+        "Subsystem sftp internal-sftp",
+        "",
+    ])
+
+
+def wait_for_banner(port: int, timeout: float, ready=lambda: True, read_timeout: float = 1.0) -> bool:
+    """True once 127.0.0.1:``port`` greets with ``SSH-`` (polled while ``ready()``), False after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as s:
+                    s.settimeout(read_timeout)
+                    if s.recv(4).startswith(b"SSH-"):
+                        return True
+            except OSError:
+                pass
+        time.sleep(0.05)
+    return False
+
+
 class LocalSshd:
     """sshd on 127.0.0.1:PORT, configured from files in ``root``."""
 
@@ -141,29 +185,9 @@ class LocalSshd:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)   # privilege separation directory
 
     def _write_config(self) -> None:
-        self.config.write_text("\n".join([
-            "# written by python -m edgeforge.device.localsshd",
-            f"Port {self.port}",
-            "ListenAddress 127.0.0.1",
-            f"HostKey {self.host_key}",
-            f"AuthorizedKeysFile {self.authorized_keys}",
-            f"PidFile {self.pid_file}",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password",
-            "UsePAM no",
-            "StrictModes no",
-            "PrintMotd no",
-            "PrintLastLog no",
-            "AllowTcpForwarding no",
-            "X11Forwarding no",
-            "MaxStartups 50:30:100",
-            "MaxSessions 50",
-            "LogLevel VERBOSE",
-            "Subsystem sftp internal-sftp",
-            "",
-        ]))
+        self.config.write_text(sshd_config("python -m edgeforge.device.localsshd", self.port, self.host_key,
+                                           self.authorized_keys, self.pid_file))
+
 
     # ------------------------------------------------------------ run
 
@@ -209,17 +233,7 @@ class LocalSshd:
             return ""
 
     def _wait_listening(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.pid is not None:
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                        if s.recv(4).startswith(b"SSH-"):
-                            return True
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        return False
+        return wait_for_banner(self.port, timeout, ready=lambda: self.pid is not None)
 
     def stop(self, connections: bool = True) -> None:
         """Stop the listener and (by default) every connection it serves."""

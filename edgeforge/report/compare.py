@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError
-from .keys import fingerprint_differences, runtime_differences, short
+from .keys import emulated, emulated_reason, fingerprint_differences, runtime_differences, short
 from .load import validate_result
 
 ALPHA = 0.05
@@ -143,10 +143,16 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
         raise ConfigError(f"the practical threshold must be >= 0, not {min_change}")
     validate_result(a, labels[0])
     validate_result(b, labels[1])
+    emu = [emulated_reason(r, who) for r, who in zip((a, b), labels) if emulated(r)]
+    if emu and not force:
+        raise ConfigError(f"refusing to compare {labels[0]} and {labels[1]}: {' and '.join(emu)}; "
+                          "emulated timings are not performance figures",
+                          hint="drift and accuracy from it are real; pass --force to compare timings anyway")
     fp_diff, fp_unknown = fingerprint_differences(a, b)
     rt_diff = runtime_differences(a, b)
     reasons = ([f"different device fingerprints ({'; '.join(fp_diff)})"] if fp_diff else []) + \
               ([f"different runtimes ({'; '.join(rt_diff)})"] if rt_diff else [])
+    forced_emu = tuple(f"{e}: emulated timings" for e in emu)
     if reasons and not force:
         raise ConfigError(f"refusing to compare {labels[0]} and {labels[1]}: {' and '.join(reasons)}",
                           hint="a difference would measure the device or the runtime, not the artifacts; "
@@ -176,7 +182,7 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
     verdict = "not significant" if reason else ("slower" if ratio > 1 else "faster")
 
     notes = _warnings(a, b, xa, xb, lag_a, lag_b, len(ma), len(mb), alpha, labels, fp_unknown)
-    forced = tuple(reasons)
+    forced = tuple(reasons) + forced_emu
     if forced:
         notes.insert(0, f"forced past: {' and '.join(forced)}; the difference may come from the "
                         f"device or the runtime, not the artifacts")

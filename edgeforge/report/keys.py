@@ -45,6 +45,16 @@ def p50_ms(r: dict) -> float:
     return float(value) if isinstance(value, (int, float)) else float(np.median(r["samples_ms"]))
 
 
+def emulated(r: dict) -> str | None:
+    """How the run's device was emulated (``qemu-user``; the runner records it), None on hardware."""
+    return (r.get("device") or {}).get("fingerprint", {}).get("emulated") or None
+
+
+def emulated_reason(r: dict, who: str) -> str:
+    """``A ran under qemu-user (cortex-a72 ...)``: why its timings are not performance figures."""
+    return f"{who} ran under {emulated(r)} ({r['device']['fingerprint'].get('cpu_model')})"
+
+
 def stable_fingerprint(r: dict) -> dict:
     fp = r["device"]["fingerprint"]
     return {k: fp[k] for k in STABLE_FINGERPRINT_KEYS if k in fp}

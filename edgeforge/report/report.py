@@ -19,7 +19,7 @@ from .load import load_results
 
 REPORT_SCHEMA = "edgeforge.report/1"
 MARKDOWN, HTML, SUMMARY = "report.md", "report.html", "summary.json"
-_FINGERPRINT_EXTRAS = ("arch", "os", "cpu_max_mhz", "mem_total_mb")
+_FINGERPRINT_EXTRAS = ("arch", "os", "cpu_max_mhz", "mem_total_mb", "emulated")
 
 
 def write_report(result_files: list[Path], out_dir: Path) -> dict:
@@ -93,7 +93,8 @@ def _entry(index: int, path: Path, r: dict) -> dict:
         "label": label(r),
         "artifact": {"sha256": a["sha256"], "short": short(a["sha256"]), "target": a["target"],
                      "backend": a["backend"], "precision": a["precision"], "size_bytes": a.get("size_bytes")},
-        "device": {"name": r["device"]["name"], "fingerprint_id": fingerprint_id(r)},
+        "device": {"name": r["device"]["name"], "fingerprint_id": fingerprint_id(r),
+                   "emulated": fp.get("emulated")},      # e.g. qemu-user: timings are not figures
         "conditions": {k: fp.get(k) for k in ("temp_c_before", "temp_c_after", "load_avg")},
         "runtime": {"name": r["runtime"]["name"], "version": r["runtime"]["version"]},
         "settings": r.get("settings") or {},

@@ -59,7 +59,9 @@ def report_tables(summary: dict) -> list[Table]:
                   "accuracy", "drop (points)", "temp C", "load"])
     for e in results:
         s, d = e["summary"], e["drift"] or {}
-        runs.rows.append([e["id"], e["label"], digest(e["artifact"]["sha256"]), e["device"]["name"],
+        emu = e["device"].get("emulated")
+        runs.rows.append([e["id"], e["label"], digest(e["artifact"]["sha256"]),
+                          e["device"]["name"] + (f" (emulated, {emu}: timings are not figures)" if emu else ""),
                           fingerprint(e["device"]["fingerprint_id"], fps),
                           f"{e['runtime']['name']} {e['runtime']['version']}", e["settings"].get("threads"),
                           e["n_samples"], fmt.ms(s.get("p50_ms")), fmt.ms(s.get("p90_ms")), fmt.ms(s.get("p99_ms")),

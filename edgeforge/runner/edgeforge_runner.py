@@ -274,8 +274,19 @@ def _meminfo_mb():
     return out.get("MemTotal"), out.get("MemAvailable")
 
 
+def emulation():
+    """("qemu-user", CPU model) when this process runs under user-mode emulation, else None: the
+    emulated device's sshd sets EDGEFORGE_EMULATED and QEMU_CPU; an ARM process that reads an x86
+    /proc/cpuinfo is emulated too."""
+    how, cpu = os.environ.get("EDGEFORGE_EMULATED"), os.environ.get("QEMU_CPU")
+    if not how and platform.machine().startswith(("aarch64", "arm")) and _cpuinfo_fields().get("vendor_id"):
+        how = "qemu-user"
+    return (how, cpu or "unknown CPU model") if how else None
+
+
 def fingerprint():
     """What the numbers depend on, read where the device exposes it (None where it does not)."""
+    emu = emulation()
     total, available = _meminfo_mb()
     try:
         load = [round(x, 2) for x in os.getloadavg()]
@@ -283,7 +294,8 @@ def fingerprint():
         load = None
     max_khz = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
     return {
-        "cpu_model": cpu_model(),
+        "cpu_model": "%s (%s on %s)" % (emu[1], emu[0], cpu_model()) if emu else cpu_model(),
+        "emulated": emu[0] if emu else None,
         "cores": os.cpu_count(),
         "arch": platform.machine(),
         "kernel": platform.release(),
