@@ -25,10 +25,6 @@ class Hardware(Strict):
     soc: str
     cpu: str
     cores: int = Field(gt=0)
-    memory_mb: int = Field(gt=0)
-    fast_int8: bool = Field(description="the CPU/accelerator has fast INT8 kernels (dot-product, tensor cores)")
-    fast_fp16: bool = False
-    accelerators: list[str] = []
 
 
 class LiteBackend(Strict):
@@ -37,11 +33,78 @@ class LiteBackend(Strict):
     host_runnable: bool = False             # the x86 Paddle Lite runtime can run this artifact here
 
 
+IntType = Literal["int8", "uint8"]
+TYPE_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+class QuantScheme(Strict):
+    """What quantize.onnx writes: the QDQ types and ranges the target's runtime computes fastest
+    and exactly. Written with onnxruntime's ``quantize_static``."""
+    activations: IntType = "uint8"
+    weights: IntType = "int8"
+    symmetric_activations: bool = False      # zero point 0 on every activation
+    symmetric_weights: bool = True           # int8 weights in [-127, 127], zero point 0
+    reduce_range: bool = False               # 7-bit weights (u8s8 saturation on AVX2 without VNNI)
+    per_channel_axis: int = 0                # Conv weight axis of the per-channel scales
+    quantize_bias: bool = True               # int32 bias behind a DequantizeLinear
+
+
+class EpRules(Strict):
+    """What an execution provider accepts in a QDQ graph; verify checks the artifact against the
+    first provider's rules."""
+    activation_types: list[IntType] = ["int8", "uint8"]
+    weight_types: list[IntType] = ["int8", "uint8"]
+    zero_point_zero: bool = False            # every zero point must be 0 (symmetric only)
+    activation_range: tuple[int, int] = (-128, 255)
+    weight_range: tuple[int, int] = (-128, 255)
+    int32_dequantize: bool = True            # a DequantizeLinear may read int32 (quantized bias)
+    per_tensor_activations: bool = False     # an activation's scale must be a scalar
+    constant_scales: bool = False            # scales and zero points must be initializers
+    conv_weight_axis: Optional[int] = None   # per-channel Conv weights only on this axis
+    note: str = ""
+
+
 class OnnxBackend(Strict):
     execution_providers: list[str]
     opset: int = 13
     precision: Optional[Precision] = None
     host_runnable: bool = True
+    scheme: QuantScheme = QuantScheme()
+    # schemes for a target that is the build host itself (linux-x86): the first whose CPU flag the
+    # host's /proc/cpuinfo lists replaces ``scheme``
+    host_cpu_schemes: dict[str, QuantScheme] = {}
+    rules: dict[str, EpRules] = {}           # execution provider -> what it accepts
+
+    @model_validator(mode="after")
+    def _rules_for_first_provider(self):
+        if not self.execution_providers:
+            raise ValueError("execution_providers is empty")
+        unknown = sorted(set(self.rules) - set(self.execution_providers))
+        if unknown:
+            raise ValueError(f"rules for providers not in execution_providers: {', '.join(unknown)}")
+        if self.execution_providers[0] not in self.rules:
+            raise ValueError(f"no [backend.onnx.rules.{self.execution_providers[0]}] table: "
+                             "verify checks artifacts against the first provider's rules")
+        return self
+
+    def first_provider(self) -> tuple[str, EpRules]:
+        ep = self.execution_providers[0]
+        return ep, self.rules[ep]
+
+    def scheme_for(self, host_flags: frozenset[str] | set[str] = frozenset()) -> tuple[QuantScheme, str | None]:
+        """The scheme to write and the CPU flag that chose it (None: the default scheme)."""
+        for flag, scheme in self.host_cpu_schemes.items():
+            if flag in host_flags:
+                return scheme, flag
+        return self.scheme, None
+
+    def provider_options(self, precision: str) -> dict[str, dict]:
+        """Per-provider options the device runner applies (TensorRT: INT8/FP16 from the precision)."""
+        out: dict[str, dict] = {}
+        if "TensorrtExecutionProvider" in self.execution_providers:
+            out["TensorrtExecutionProvider"] = {"trt_int8_enable": precision == "int8",
+                                                "trt_fp16_enable": precision in ("int8", "fp16")}
+        return out
 
 
 class Backends(Strict):

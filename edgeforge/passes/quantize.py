@@ -222,16 +222,21 @@ def evaluation_set(ctx: PassContext, limit: int | None = None):
 @register
 class OnnxQuantizePass(Pass):
     name = "quantize.onnx"
-    version = 6
+    version = 7
     consumes = frozenset({ONNX})
     produces = ONNX
     Config = QuantConfig
 
-    def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str], ranges: dict) -> Path:
-        from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
-                                              QuantType, quantize_static)
+    def target_facts(self, ctx: PassContext):
+        from ..contracts import onnx_scheme
 
-        from ..quant.onnx_ptq import float_inputs, paddle_kl_entropy, reuse_calibration
+        scheme, flag, _ = onnx_scheme(ctx.target, ctx.backend)
+        return {"scheme": scheme.model_dump(mode="json"), "chosen_by_cpu_flag": flag}
+
+    def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str], ranges: dict) -> Path:
+        from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
+
+        from ..quant.onnx_ptq import float_inputs, paddle_kl_entropy, reuse_calibration, scheme_options
 
         cfg: QuantConfig = self.config
 
@@ -242,14 +247,14 @@ class OnnxQuantizePass(Pass):
             def get_next(self):
                 return next(self._it, None)
 
+        opts = scheme_options(self.scheme)      # the target runtime's INT8 scheme (set in run)
+        opts["extra_options"]["CalibMovingAverage"] = algo == "avg"
         hist = paddle_kl_entropy(algo.lower()) if algo in ("KL", "mse") else contextlib.nullcontext()
         with quiet_stdout(), hist, reuse_calibration(ranges, algo):
             quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                            per_channel=cfg.per_channel_weights, activation_type=QuantType.QUInt8,
-                            weight_type=QuantType.QInt8,
+                            per_channel=cfg.per_channel_weights,
                             calibrate_method=getattr(CalibrationMethod, _ORT_METHOD[algo]),
-                            nodes_to_exclude=list(keep) or None,
-                            extra_options={"CalibMovingAverage": algo == "avg"})
+                            nodes_to_exclude=list(keep) or None, **opts)
         float_inputs(pre, out, keep)   # a layer kept in float reads float activations, as in Paddle's PTQ
         return out
 
@@ -260,7 +265,10 @@ class OnnxQuantizePass(Pass):
         from ..quant.budget import onnx_rank
         from ..runner import edgeforge_runner as runner
 
+        from ..contracts import onnx_scheme
+
         cfg: QuantConfig = self.config
+        self.scheme, flag, flags = onnx_scheme(ctx.target, ctx.backend)
         batches = calibration_batches(ctx, cfg)
         pre = ctx.workdir / "quantize-pre.onnx"
         with quiet_stdout():
@@ -284,6 +292,8 @@ class OnnxQuantizePass(Pass):
             rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
+        meta["quantization"]["scheme"] = dict(self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag,
+                                              host_cpu_flags=flags)
         meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
                      **{k: v for k, v in inp.meta.items() if k == "rewrites"}})
         if plain is not None:

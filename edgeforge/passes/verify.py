@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field
 
 from ..cache import sha256_file
+from ..errors import PassError
 from ..paddle_env import paddle_inference
 from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
@@ -31,13 +32,35 @@ class VerifyConfig(PassConfig):
 @register
 class VerifyPass(Pass):
     name = "verify"
-    version = 1
+    version = 2
     consumes = frozenset({LITE_NB, ONNX})
     produces = VERIFIED
     Config = VerifyConfig
 
     def target_facts(self, ctx: PassContext):
-        return {"backend": ctx.backend}
+        facts = {"backend": ctx.backend}
+        if ctx.backend == "onnx":
+            ep, rules = ctx.target.backend_config("onnx").first_provider()
+            facts["rules"] = {ep: rules.model_dump(mode="json")}
+        return facts
+
+    def check_contract(self, model: Path, ctx: PassContext) -> dict:
+        """The artifact against its target's first execution provider's rules; a violation fails
+        the build (exit 3) naming the node."""
+        from ..contracts import check_qdq, describe, host_cpu_flags, int8_flags, summary
+
+        ep, rules = ctx.target.backend_config("onnx").first_provider()
+        found = check_qdq(model, rules)
+        record = {"provider": ep, "status": "failed" if found else "passed", "violations": len(found),
+                  **summary(model), "host_cpu_flags": int8_flags(host_cpu_flags())}
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise PassError(self.name, describe(found[0], ep) + more,
+                            hint=f"quantize for {ep}'s scheme (targets/{ctx.target.name}.toml "
+                                 "[backend.onnx.scheme]) or drop it from the front of execution_providers")
+        ctx.log(f"{ep} rules: {record['quantize_linear']} QuantizeLinear, zero points "
+                f"{'all 0' if not record['zero_points_nonzero'] else 'not all 0'}: passed")
+        return record
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: VerifyConfig = self.config
@@ -56,6 +79,7 @@ class VerifyPass(Pass):
         artifact_file = inp.meta["file"]
         shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
         precision = inp.meta.get("precision", "fp32")
+        contract = self.check_contract(out_dir / artifact_file, ctx) if ctx.backend == "onnx" else None
 
         result = {"status": "device-only", "top1_agreement": None, "accuracy": None, "float_accuracy": None,
                   "accuracy_drop": None, "max_abs_error": None, "rel_max_abs_error": None, "cosine": None,
@@ -95,6 +119,8 @@ class VerifyPass(Pass):
             # Float accuracy of the reference is still worth reporting.
             if labels is not None and reference[0].ndim == 2:
                 result["float_accuracy"] = float(np.mean(reference[0].argmax(1) == labels))
+        if contract is not None:
+            result["contract"] = contract
         meta = {k: v for k, v in inp.meta.items()}
         meta["verify"] = result
         meta["num_eval_samples"] = int(len(feeds[names[0]]))

@@ -153,6 +153,19 @@ def reuse_calibration(cache: dict, key) -> Iterator[None]:
         q.create_calibrator = current
 
 
+def scheme_options(scheme) -> dict:
+    """``quantize_static`` keyword arguments that write ``scheme`` (a ``targets.QuantScheme``)."""
+    from onnxruntime.quantization import QuantType
+
+    qt = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
+    return {"activation_type": qt[scheme.activations], "weight_type": qt[scheme.weights],
+            "reduce_range": scheme.reduce_range,
+            "extra_options": {"ActivationSymmetric": scheme.symmetric_activations,
+                              "WeightSymmetric": scheme.symmetric_weights,
+                              "QuantizeBias": scheme.quantize_bias,
+                              "QDQOpTypePerChannelSupportToAxis": {"Conv": scheme.per_channel_axis}}}
+
+
 FOLDABLE_ACTIVATIONS = ("Relu", "Clip")   # onnxruntime's QDQRemovableActivation folds these
 
 

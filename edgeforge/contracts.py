@@ -1,0 +1,179 @@
+"""Runtime contracts: does an artifact obey what its target's runtime accepts?
+
+A target profile names its execution providers in order and, for each, the QDQ rules it
+accepts (``targets.EpRules``). ``check_qdq`` reads an ONNX model and lists every node that breaks
+the rules of one provider; verify runs it against the target's first provider and fails the
+build on a violation. ``host_cpu_flags`` reads the build host's CPU flags (linux-x86 picks its
+INT8 scheme by them).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .targets import TYPE_RANGE, EpRules
+
+# CPU flags that decide INT8 kernels (x86: VNNI / AVX-512; ARM: dot product, i8mm)
+INT8_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8",
+                  "asimd", "asimddp", "i8mm", "asimdhp", "fphp")
+
+
+@dataclass(frozen=True)
+class Violation:
+    node: str
+    op_type: str
+    rule: str
+    message: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU feature flags of this host (x86 ``flags``, ARM ``Features``), from /proc/cpuinfo."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def int8_flags(flags: frozenset[str]) -> list[str]:
+    """The INT8-relevant subset, in a fixed order (what verify records)."""
+    return [f for f in INT8_CPU_FLAGS if f in flags]
+
+
+_ONNX_INT = {2: "uint8", 3: "int8", 6: "int32", 4: "uint16", 5: "int16", 21: "uint4", 22: "int4"}
+
+
+def _dtype_name(elem_type: int) -> str:
+    return _ONNX_INT.get(elem_type, f"onnx type {elem_type}")
+
+
+def check_qdq(model_path: str | Path, rules: EpRules) -> list[Violation]:
+    """Every QuantizeLinear/DequantizeLinear node of ``model_path`` that breaks ``rules``."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(model_path))
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    consts = {n.output[0]: n.attribute[0].t for n in g.node
+              if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    out: list[Violation] = []
+
+    def tensor(name):
+        t = inits.get(name) or consts.get(name)
+        return t
+
+    for node in g.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        name = node.name or node.output[0]
+
+        def bad(rule, message):
+            out.append(Violation(name, node.op_type, rule, message))
+
+        src = tensor(node.input[0])
+        is_weight = src is not None              # a constant (weight or bias), not an activation
+        scale = tensor(node.input[1]) if len(node.input) > 1 else None
+        zp_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        zp = tensor(zp_name) if zp_name else None
+        if rules.constant_scales and (scale is None or (zp_name and zp is None)):
+            bad("constant_scales", "scale or zero point is computed in the graph, not a constant")
+        # the integer type: the zero point's, else the weight's, else uint8 (ONNX's default)
+        if zp is not None:
+            qtype = _dtype_name(zp.data_type)
+        elif is_weight:
+            qtype = _dtype_name(src.data_type)
+        else:
+            qtype = "uint8"
+        if qtype == "int32":
+            if node.op_type == "DequantizeLinear" and not rules.int32_dequantize:
+                bad("int32_dequantize", "DequantizeLinear of int32 (a quantized bias); "
+                                        "this provider parses only 8-bit DequantizeLinear")
+            continue
+        allowed = rules.weight_types if is_weight else rules.activation_types
+        kind = "weight" if is_weight else "activation"
+        if qtype not in allowed:
+            bad(f"{kind}_types", f"{kind} type {qtype}; this provider takes {'/'.join(allowed)}")
+        if zp is not None and rules.zero_point_zero:
+            z = numpy_helper.to_array(zp)
+            if np.any(z != 0):
+                bad("zero_point_zero", f"zero point {int(z.reshape(-1)[np.argmax(z.reshape(-1) != 0)])}; "
+                                       "this provider takes symmetric quantization only (zero point 0)")
+        lo, hi = rules.weight_range if is_weight else rules.activation_range
+        tlo, thi = TYPE_RANGE.get(qtype, (lo, hi))
+        if is_weight and _dtype_name(src.data_type) in TYPE_RANGE:
+            w = numpy_helper.to_array(src)
+            if w.size and (int(w.min()) < lo or int(w.max()) > hi):
+                bad("weight_range", f"weights in [{int(w.min())}, {int(w.max())}], outside [{lo}, {hi}]")
+        elif not is_weight and (tlo < lo or thi > hi):
+            bad("activation_range", f"{qtype} activations span [{tlo}, {thi}], outside [{lo}, {hi}]")
+        if scale is not None:
+            s = numpy_helper.to_array(scale)
+            if s.size and np.any(~(s > 0)):
+                bad("scale", "a scale that is not positive")
+            if s.size > 1 and not is_weight and rules.per_tensor_activations:
+                bad("per_tensor_activations", f"per-channel activation scale ({s.size} values)")
+            if s.size > 1 and is_weight and rules.conv_weight_axis is not None:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+                if any(c.op_type == "Conv" for c in consumers.get(node.output[0], [])) \
+                        and axis != rules.conv_weight_axis:
+                    bad("conv_weight_axis", f"per-channel Conv weights on axis {axis}, "
+                                            f"not {rules.conv_weight_axis}")
+    return out
+
+
+def summary(model_path: str | Path) -> dict:
+    """Counts a reader wants next to the verdict: nodes, Q/DQ nodes, zero points, integer types."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(model_path))
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    types: dict[str, int] = {}
+    zps: list[int] = []
+    q = dq = 0
+    for n in g.node:
+        if n.op_type == "QuantizeLinear":
+            q += 1
+        elif n.op_type == "DequantizeLinear":
+            dq += 1
+        else:
+            continue
+        zp = inits.get(n.input[2]) if len(n.input) > 2 else None
+        if zp is not None:
+            t = _dtype_name(zp.data_type)
+            types[t] = types.get(t, 0) + 1
+            zps.extend(int(v) for v in numpy_helper.to_array(zp).reshape(-1))
+    return {"nodes": len(g.node), "quantize_linear": q, "dequantize_linear": dq, "zero_point_types": types,
+            "zero_points_nonzero": sum(1 for z in zps if z != 0),
+            "zero_point_max_abs": max((abs(z) for z in zps), default=0)}
+
+
+def describe(v: Violation, provider: str) -> str:
+    return f"node {v.node} ({v.op_type}) breaks {provider}'s rule {v.rule}: {v.message}"
+
+
+def onnx_scheme(target, backend: str = "onnx", flags: frozenset[str] | None = None):
+    """The quantization scheme quantize.onnx writes for ``target``: its ``host_cpu_schemes`` entry
+    for the first flag this host has (a target that is the build host), else its ``scheme``.
+    Returns (scheme, the flag that chose it or None, the host's INT8-relevant flags)."""
+    cfg = target.backend_config(backend)
+    if flags is None:
+        flags = host_cpu_flags() if cfg.host_cpu_schemes else frozenset()
+    scheme, flag = cfg.scheme_for(flags)
+    return scheme, flag, int8_flags(flags)
