@@ -22,19 +22,83 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+def _stage(path: Path, data: bytes) -> str:
+    """Write ``data`` to a fresh temporary beside ``path`` (fsynced, mode 0666 less the umask:
+    mkstemp's 0600 would hide a report or manifest from other users); return its name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=False)
-            fh.write("\n")
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return tmp
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _bytes(content: str | bytes) -> bytes:
+    return content.encode("utf-8") if isinstance(content, str) else content
+
+
+def dumps_json(obj: Any) -> str:
+    """The project's JSON file format: indented, a final newline, NaN and infinities as null."""
+    return json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n"
+
+
+def write_files_atomic(files: dict[Path, str | bytes]) -> None:
+    """Write every file to a temporary beside it (fsynced), then rename each into place.
+
+    Everything is rendered by the caller before this runs, and every temporary is complete before
+    the first rename, so a failure leaves the previous files as they were.
+    """
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, content in files.items():
+            staged.append((_stage(Path(path), _bytes(content)), Path(path)))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_files_atomic({Path(path): dumps_json(obj)})
+
+
+def write_new_file(directory: Path, name: str, content: str | bytes) -> Path | None:
+    """Write ``content`` atomically as ``directory/name``, or, when that name is taken, as
+    ``stem-2.ext``, ``stem-3.ext``, ...: never over an existing file. None when 9999 are taken."""
+    directory = Path(directory)
+    tmp = _stage(directory / name, _bytes(content))
+    stem, dot, ext = name.rpartition(".") if "." in name else (name, "", "")
+    try:
+        for i in range(1, 10000):
+            final = directory / (name if i == 1 else f"{stem}-{i}{dot}{ext}")
+            try:
+                os.link(tmp, final)          # fails if the name is taken: no overwrite, ever
+            except FileExistsError:
+                continue
+            except OSError:                  # no hard links here: claim the name, then replace it
+                try:
+                    os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                except FileExistsError:
+                    continue
+                os.replace(tmp, final)
+            return final
+        return None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 @contextmanager

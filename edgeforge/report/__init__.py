@@ -8,10 +8,11 @@ Entry points (import them from their modules; scipy and matplotlib load only the
 - :mod:`edgeforge.cli.report` — the ``report``, ``compare`` and ``gate`` verbs; the gate flags
   other verbs reuse are in :mod:`edgeforge.cli._common`.
 
-Result files (schema ``edgeforge.bench/1``) are read by this package's own loader, :mod:`.load`.
+Result files are :class:`edgeforge.results.schema.BenchResult` documents (``edgeforge.bench/1``);
+:mod:`.load` reads them for reports (complete runs only).
 """
 from __future__ import annotations
 
-from .load import BENCH_SCHEMA, load_result, load_results, validate_result
+from .load import load_result, load_results, validate_result
 
-__all__ = ["BENCH_SCHEMA", "load_result", "load_results", "validate_result"]
+__all__ = ["load_result", "load_results", "validate_result"]

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ConfigError
+from ..results.stats import relative_spread
 from .keys import emulated, emulated_reason, fingerprint_differences, runtime_differences, short
 from .load import validate_result
 
@@ -224,10 +225,9 @@ def _warnings(a, b, xa, xb, lag_a, lag_b, ka, kb, alpha, labels, fp_unknown) -> 
         notes.append(f"only {ka} and {kb} independent blocks of samples: no difference can reach p<{alpha:g}; "
                      f"run more iterations")
     for name, x, lag in ((la, xa, lag_a), (lb, xb, lag_b)):
-        med = float(np.median(x))
-        mad = float(np.median(np.abs(x - med)))
-        if mad / med > UNSTABLE_MAD:
-            notes.append(f"{name} is unstable: MAD is {mad / med * 100:.0f}% of the median")
+        spread = relative_spread(x)             # MAD / median
+        if spread is not None and spread > UNSTABLE_MAD:
+            notes.append(f"{name} is unstable: MAD is {spread * 100:.0f}% of the median")
         if lag > AUTOCORRELATED:
             notes.append(f"{name}'s samples are autocorrelated (lag-1 r={lag:.2f}): tested on block medians")
     for name, r in ((la, a), (lb, b)):

@@ -5,7 +5,7 @@ import datetime as _dt
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ._io import write_files_atomic
+from ..fsutil import write_files_atomic
 from .gates import GateResult
 
 

@@ -1,61 +1,31 @@
-"""Read bench result files: check the schema id and the keys this package uses, nothing more.
+"""Read bench result files for reports, comparisons and gates.
 
-Unknown extra keys are kept (results grow: ``name``, ``id``, ``created_at``, more fingerprint
-facts); an unknown schema id or a missing required key is a :class:`ResultError` (exit 2).
+The schema is :class:`edgeforge.results.schema.BenchResult` (one definition for writing and
+reading): an unknown schema id or a missing required key is a :class:`ResultError` (exit 2);
+unknown extra keys are kept. On top of that, what a report can use: a complete run (status
+``ok``) with at least one positive sample.
 """
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import ConfigError, ResultError
-
-BENCH_SCHEMA = "edgeforge.bench/1"
+from ..results.schema import SCHEMA, BenchResult
 
 # Our own other documents: skipped when met while scanning a directory, refused when named.
 _OTHER_EDGEFORGE_SCHEMAS = ("edgeforge.report/", "edgeforge.build/")
 
-_REQUIRED_TOP = ("artifact", "device", "runtime", "settings", "samples_ms", "summary")
-_REQUIRED_SUB = {
-    "artifact": ("sha256", "target", "backend", "precision"),
-    "device": ("name", "fingerprint"),
-    "runtime": ("name", "version"),
-}
-_REQUIRED_FINGERPRINT = ("cpu_model", "kernel", "governor")  # present; a value may be null
-
 
 def validate_result(obj, source: str = "result") -> dict:
-    """Return ``obj`` if it is a readable ``edgeforge.bench/1`` result, else raise ResultError."""
-    if not isinstance(obj, dict):
-        raise ResultError(f"{source}: not a bench result (a JSON object is expected)")
-    schema = obj.get("schema")
-    if schema != BENCH_SCHEMA:
-        raise ResultError(f"{source}: unknown result schema {schema!r}",
-                          hint=f"this edgeforge reads {BENCH_SCHEMA}")
-    if obj.get("status", "ok") != "ok":
+    """Return ``obj`` if it is a complete, reportable ``edgeforge.bench/1`` result, else raise
+    ResultError."""
+    if isinstance(obj, dict) and obj.get("schema") == SCHEMA and obj.get("status", "ok") != "ok":
         raise ResultError(f"{source}: {_incomplete(obj)}", hint="only complete runs can be reported, compared or gated")
-    missing = [k for k in _REQUIRED_TOP if k not in obj]
-    for section, keys in _REQUIRED_SUB.items():
-        if isinstance(obj.get(section), dict):
-            missing += [f"{section}.{k}" for k in keys if k not in obj[section]]
-        elif section in obj:
-            missing.append(f"{section} (an object)")
-    fp = (obj.get("device") or {}).get("fingerprint") if isinstance(obj.get("device"), dict) else None
-    if isinstance(fp, dict):
-        missing += [f"device.fingerprint.{k}" for k in _REQUIRED_FINGERPRINT if k not in fp]
-    elif isinstance(obj.get("device"), dict) and "fingerprint" in obj["device"]:
-        missing.append("device.fingerprint (an object)")
-    if missing:
-        raise ResultError(f"{source}: result lacks {', '.join(missing)}")
-    samples = obj["samples_ms"]
-    if (not isinstance(samples, list) or not samples
-            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0
-                       for s in samples)):
+    BenchResult.check(obj, source)
+    if not obj["samples_ms"] or not all(s > 0 for s in obj["samples_ms"]):
         raise ResultError(f"{source}: samples_ms must be a non-empty list of positive numbers")
-    if not isinstance(obj["summary"], dict):
-        raise ResultError(f"{source}: summary must be an object")
     return obj
 
 
@@ -88,7 +58,7 @@ def load_results(paths: Iterable[str | Path],
                 schema = obj.get("schema") if isinstance(obj, dict) else None
                 if isinstance(schema, str) and schema.startswith(_OTHER_EDGEFORGE_SCHEMAS):
                     continue
-                if schema == BENCH_SCHEMA and obj.get("status", "ok") != "ok":
+                if schema == SCHEMA and obj.get("status", "ok") != "ok":
                     if on_skip:
                         on_skip(f, _incomplete(obj))
                     continue

@@ -2,7 +2,7 @@
 
 Every number in the report is tied to the device fingerprint it was measured on and the digest
 of the artifact it measured. The three files are rendered in memory first, then written
-atomically (see :mod:`._io`).
+atomically (see :func:`edgeforge.fsutil.write_files_atomic`).
 """
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import ConfigError
-from ..fsutil import json_safe
-from ._io import write_files_atomic
+from ..fsutil import json_safe, write_files_atomic
 from .compare import ALPHA, MIN_CHANGE, compare
 from .keys import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results

@@ -1,42 +1,157 @@
 """The bench result: one versioned JSON file per run, ``edgeforge.bench/1``.
 
-Readers reject an unknown schema. Files are written atomically and never replace an earlier
-result: a name that is taken gets a ``-2``, ``-3``, ... suffix.
+:class:`BenchResult` is the one definition, used to write a result (:func:`write_result`) and to
+read one (:func:`read_result`, and ``edgeforge.report.load``). A file of another schema version
+is refused (:class:`~edgeforge.errors.ResultError`); unknown extra keys are kept, so results can
+grow. Files are written atomically and never replace an earlier result: a name that is taken
+gets a ``-2``, ``-3``, ... suffix.
 
 Top level: schema, status ("ok", or "incomplete" when the run failed part-way and this holds
 what was measured before), created_at, edgeforge_version, artifact, build, device (name, host,
 target, fingerprint), runtime, settings, samples_ms (raw, in run order), warmup_ms, summary,
-drift, transfer, error (status "incomplete" only).
+drift, transfer, error (status "incomplete" only). ``runtime``, ``device.fingerprint`` and
+``drift`` are open: the keys named here must be present (a value may be null), others may be.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import re
-import tempfile
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import ResultError
-from ..fsutil import json_safe
+from ..fsutil import dumps_json, write_new_file
 
 SCHEMA = "edgeforge.bench/1"
 STATUSES = ("ok", "incomplete")
-REQUIRED = {
-    "artifact": ("sha256", "target", "backend", "precision"),
-    "device": ("name", "fingerprint"),
-    "runtime": ("name", "version"),
-    "settings": ("warmups", "runs", "threads"),
-    "summary": ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "mad_ms", "peak_rss_mb"),
-    "drift": ("top1_agreement", "accuracy", "float_accuracy", "accuracy_drop", "max_abs_error", "cosine"),
-    "transfer": ("uploaded_bytes", "seconds"),
-}
-FINGERPRINT_KEYS = ("cpu_model", "kernel", "governor", "temp_c_before", "temp_c_after", "load_avg")
-DRIFT_KEYS = REQUIRED["drift"] + ("mean_abs_error", "rel_max_abs_error")
+
+
+class _Open(BaseModel):
+    """A section whose named keys are required (values may be null) and whose other keys stay."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ArtifactRef(_Open):
+    sha256: str
+    target: str
+    backend: str
+    precision: str
+
+
+class Fingerprint(_Open):
+    cpu_model: Any
+    kernel: Any
+    governor: Any
+    temp_c_before: Any
+    temp_c_after: Any
+    load_avg: Any
+
+
+class DeviceRef(_Open):
+    name: str
+    fingerprint: Fingerprint
+
+
+class Runtime(_Open):
+    name: Any
+    version: Any
+
+
+class Settings(_Open):
+    warmups: int
+    runs: int
+    threads: Any
+
+
+class Summary(_Open):
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    mean_ms: float | None
+    mad_ms: float | None
+    peak_rss_mb: float | None
+
+
+class Drift(_Open):
+    top1_agreement: Any
+    accuracy: Any
+    float_accuracy: Any
+    accuracy_drop: Any
+    max_abs_error: Any
+    cosine: Any
+
+
+class Transfer(_Open):
+    uploaded_bytes: Any
+    seconds: Any
+
+
+class BenchResult(_Open):
+    """One bench run, as written and as read."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    schema_id: Literal["edgeforge.bench/1"] = Field(alias="schema")
+    status: Literal["ok", "incomplete"]
+    artifact: ArtifactRef
+    device: DeviceRef
+    runtime: Runtime
+    settings: Settings
+    samples_ms: list[Annotated[float, Field(strict=True)]]   # numbers, not true/false or "1"
+    summary: Summary
+    drift: Drift
+    transfer: Transfer
+
+    @model_validator(mode="after")
+    def _samples(self) -> BenchResult:
+        if not all(math.isfinite(s) and s >= 0 for s in self.samples_ms):
+            raise ValueError("samples_ms must hold finite, non-negative numbers")
+        if self.status == "ok" and len(self.samples_ms) != self.settings.runs:
+            raise ValueError(f"{len(self.samples_ms)} samples for {self.settings.runs} runs")
+        return self
+
+    @classmethod
+    def check(cls, obj: Any, source: str = "result") -> BenchResult:
+        """Parse ``obj`` (a decoded JSON document); ResultError naming the first problem."""
+        if not isinstance(obj, dict):
+            raise ResultError(f"{source}: not a bench result (a JSON object is expected)")
+        schema = obj.get("schema")
+        if schema != SCHEMA:
+            raise ResultError(f"{source}: unknown result schema {schema!r}",
+                              hint=f"an unknown schema is refused; this edgeforge reads {SCHEMA}")
+        try:
+            return cls.model_validate(obj)
+        except ValidationError as exc:
+            raise ResultError(f"{source}: {_first_problem(exc)}") from None
+
+    def to_json(self) -> dict:
+        """The document to write: every key given (extras included), in the given order."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "missing":
+        return f"missing '{where}'"
+    if err["type"] == "literal_error" and where == "status":
+        return f"status must be one of {', '.join(STATUSES)}, not {err.get('input')!r}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"'{where}': {msg}" if where else msg
+
+
+DRIFT_KEYS = tuple(Drift.model_fields) + ("mean_abs_error", "rel_max_abs_error")
+FINGERPRINT_KEYS = tuple(Fingerprint.model_fields)
 
 
 def empty_drift(reason: str | None = None) -> dict:
-    d = {k: None for k in DRIFT_KEYS}
+    d: dict = {k: None for k in DRIFT_KEYS}
     if reason:
         d["skipped"] = reason
     return d
@@ -47,40 +162,26 @@ def now_iso() -> str:
 
 
 def validate(result: dict, source: str = "result") -> dict:
-    """Check a result dict against ``edgeforge.bench/1``; raise ResultError naming the problem."""
-    if not isinstance(result, dict):
-        raise ResultError(f"{source}: not a JSON object")
-    if result.get("schema") != SCHEMA:
-        raise ResultError(f"{source}: unknown schema {result.get('schema')!r}, this edgeforge reads {SCHEMA}")
-    if result.get("status") not in STATUSES:
-        raise ResultError(f"{source}: status must be one of {', '.join(STATUSES)}, not {result.get('status')!r}")
-    for section, keys in REQUIRED.items():
-        part = result.get(section)
-        if not isinstance(part, dict):
-            raise ResultError(f"{source}: missing section '{section}'")
-        for k in keys:
-            if k not in part:
-                raise ResultError(f"{source}: missing '{section}.{k}'")
-    fp = result["device"]["fingerprint"]
-    for k in FINGERPRINT_KEYS:
-        if k not in fp:
-            raise ResultError(f"{source}: missing 'device.fingerprint.{k}'")
-    if not isinstance(result.get("samples_ms"), list):
-        raise ResultError(f"{source}: samples_ms must be a list")
-    if result["status"] == "ok" and len(result["samples_ms"]) != result["settings"]["runs"]:
-        raise ResultError(f"{source}: {len(result['samples_ms'])} samples for {result['settings']['runs']} runs")
+    """Check a result dict against :class:`BenchResult`; return it unchanged, or raise
+    ResultError naming the problem."""
+    BenchResult.check(result, source)
     return result
 
 
-def read_result(path: str | os.PathLike) -> dict:
+def read_json(path: str | os.PathLike) -> Any:
+    """A result file's JSON; ResultError when it is missing or not JSON."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise ResultError(f"{path}: file not found") from None
-    except ValueError as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ResultError(f"{path}: not valid JSON ({exc})") from None
-    return validate(data, str(path))
+
+
+def read_result(path: str | os.PathLike) -> dict:
+    """Read and check one result file (any status)."""
+    return validate(read_json(path), str(path))
 
 
 def _slug(text: str) -> str:
@@ -100,32 +201,11 @@ def result_filename(result: dict) -> str:
 
 def write_result(results_dir: str | os.PathLike, result: dict) -> Path:
     """Write ``result`` under ``results_dir`` atomically; never overwrite an existing file."""
-    validate(result)
-    result = json_safe(result)
+    checked = BenchResult.check(result).to_json()
+    doc = {k: checked[k] for k in result if k in checked}     # the caller's key order
     d = Path(results_dir)
-    d.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".result.", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(result, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        base = result_filename(result)
-        stem = base[:-len(".json")]
-        for i in range(1, 10000):
-            final = d / (base if i == 1 else f"{stem}-{i}.json")
-            try:
-                os.link(tmp, final)          # fails if the name is taken: no overwrite, ever
-            except FileExistsError:
-                continue
-            except OSError:                  # no hard links here: claim the name, then replace it
-                try:
-                    os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-                except FileExistsError:
-                    continue
-                os.replace(tmp, final)
-            return final
+    base = result_filename(doc)
+    final = write_new_file(d, base, dumps_json(doc))
+    if final is None:
         raise ResultError(f"{d}: no free result file name for {base}")
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    return final

@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from result_factory import write_demo
 
-from edgeforge.report.demo import write_demo
 from edgeforge.report.plots import PRECISION_COLORS
 from edgeforge.report.report import write_report
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import run_cli
+from result_factory import PI4, make_result
 
 from edgeforge.errors import ConfigError, ResultError
 from edgeforge.report.compare import block_size, compare
-from edgeforge.report.demo import PI4, make_result
-from helpers import run_cli
 
 SEEDS = range(40)
 

@@ -6,11 +6,11 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+from result_factory import ORIN, make_result
 
 from edgeforge.cli import main
-from edgeforge.errors import ConfigError
 from edgeforge.cli._common import add_gate_arguments, apply_gates
-from edgeforge.report.demo import ORIN, make_result
+from edgeforge.errors import ConfigError
 from edgeforge.report.gates import evaluate_gates
 from edgeforge.report.junit import write_junit
 

@@ -5,10 +5,10 @@ import json
 import re
 
 import pytest
+from result_factory import demo_results, make_result, write_demo
 
 from edgeforge.cli import main
 from edgeforge.errors import ConfigError, ResultError
-from edgeforge.report.demo import demo_results, make_result, write_demo
 from edgeforge.report.report import REPORT_SCHEMA, write_report
 
 

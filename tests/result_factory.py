@@ -3,18 +3,22 @@
 They are NOT measurements: latencies are drawn from a lognormal with AR(1) correlation between
 consecutive samples and occasional slow outliers (the shape real timings have).
 
-    python -m edgeforge.report.demo DIR          # writes a small fleet's results into DIR
-    python -m edgeforge.report.demo --calibrate  # false-positive rate and power of `compare`
+    .venv/bin/python tests/result_factory.py DIR          # a small fleet's results into DIR
+    .venv/bin/python tests/result_factory.py --calibrate  # false-positive rate and power of `compare`
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .load import BENCH_SCHEMA
+from edgeforge.fsutil import write_files_atomic
+from edgeforge.results.schema import SCHEMA
+from edgeforge.results.stats import mad
 
 PI4 = {"cpu_model": "Cortex-A72 (Raspberry Pi 4 Model B Rev 1.4)", "kernel": "6.1.21-v8+", "cores": 4,
        "governor": "performance", "arch": "aarch64", "mem_total_mb": 3793.0}
@@ -35,36 +39,59 @@ def timing_samples(n: int = 200, median_ms: float = 10.0, *, sigma: float = 0.03
     return [round(float(v), 5) for v in x]
 
 
-def make_result(*, name: str = "digits", target: str = "rpi4", backend: str = "lite", precision: str = "int8",
-                device: str = "pi-lab-3", fingerprint: dict | None = None, runtime: tuple[str, str] = ("paddlelite", "2.13rc0"),
-                samples: list[float] | None = None, median_ms: float = 10.0, seed: int = 0, n: int = 200,
-                phi: float = 0.5, sigma: float = 0.03, threads: int = 1, size_bytes: int | None = None,
-                float_size_bytes: int | None = None, accuracy_drop: float | None = None,
-                sha256: str | None = None, temps: tuple[float, float] = (47.5, 49.0)) -> dict:
-    """One ``edgeforge.bench/1`` result. Precision ``fp32`` gets a float-exact drift."""
-    xs = samples if samples is not None else timing_samples(n, median_ms, sigma=sigma, phi=phi, seed=seed)
+@dataclass
+class Run:
+    """What :func:`make_result` varies; everything else is a fixed, plausible Pi 4 run."""
+
+    name: str = "digits"
+    target: str = "rpi4"
+    backend: str = "lite"
+    precision: str = "int8"
+    device: str = "pi-lab-3"
+    fingerprint: dict | None = None
+    runtime: tuple[str, str] = ("paddlelite", "2.13rc0")
+    samples: list[float] | None = None
+    median_ms: float = 10.0
+    seed: int = 0
+    n: int = 200
+    phi: float = 0.5
+    sigma: float = 0.03
+    threads: int = 1
+    size_bytes: int | None = None
+    float_size_bytes: int | None = None
+    accuracy_drop: float | None = None
+    sha256: str | None = None
+    temps: tuple[float, float] = (47.5, 49.0)
+
+
+def make_result(**spec) -> dict:
+    """One ``edgeforge.bench/1`` result; ``spec``: the fields of :class:`Run`. Precision ``fp32``
+    gets a float-exact drift."""
+    r = Run(**spec)
+    xs = r.samples if r.samples is not None else timing_samples(r.n, r.median_ms, sigma=r.sigma, phi=r.phi,
+                                                                seed=r.seed)
     arr = np.asarray(xs)
     med = float(np.median(arr))
-    is_float = precision == "fp32"
-    drop = accuracy_drop if accuracy_drop is not None else (0.0 if is_float else 0.6)
+    is_float = r.precision == "fp32"
+    drop = r.accuracy_drop if r.accuracy_drop is not None else (0.0 if is_float else 0.6)
     float_acc = 0.968
-    size = size_bytes if size_bytes is not None else (400118 if is_float else 144382)
-    digest = sha256 or hashlib.sha256(f"{name}/{target}/{backend}/{precision}/{size}".encode()).hexdigest()
-    fp = dict(fingerprint or PI4)
-    fp.update(temp_c_before=temps[0], temp_c_after=temps[1], load_avg=[0.08, 0.05, 0.01], hostname=device)
+    size = r.size_bytes if r.size_bytes is not None else (400118 if is_float else 144382)
+    digest = r.sha256 or hashlib.sha256(f"{r.name}/{r.target}/{r.backend}/{r.precision}/{size}".encode()).hexdigest()
+    fp = dict(r.fingerprint or PI4)
+    fp.update(temp_c_before=r.temps[0], temp_c_after=r.temps[1], load_avg=[0.08, 0.05, 0.01], hostname=r.device)
     return {
-        "schema": BENCH_SCHEMA,
+        "schema": SCHEMA,
         "status": "ok",
         "created_at": "2024-06-01T12:00:00+00:00",
-        "artifact": {"sha256": digest, "name": name, "path": "model.nb" if backend == "lite" else "model.onnx",
-                     "target": target, "backend": backend, "precision": precision,
-                     "size_bytes": size, "float_size_bytes": float_size_bytes or (None if is_float else 400118)},
-        "device": {"name": device, "fingerprint": fp},
-        "runtime": {"name": runtime[0], "version": runtime[1]},
-        "settings": {"warmups": 10, "runs": len(xs), "threads": threads},
+        "artifact": {"sha256": digest, "name": r.name, "path": "model.nb" if r.backend == "lite" else "model.onnx",
+                     "target": r.target, "backend": r.backend, "precision": r.precision,
+                     "size_bytes": size, "float_size_bytes": r.float_size_bytes or (None if is_float else 400118)},
+        "device": {"name": r.device, "fingerprint": fp},
+        "runtime": {"name": r.runtime[0], "version": r.runtime[1]},
+        "settings": {"warmups": 10, "runs": len(xs), "threads": r.threads},
         "samples_ms": list(xs),
         "summary": {"p50_ms": med, "p90_ms": float(np.percentile(arr, 90)), "p99_ms": float(np.percentile(arr, 99)),
-                    "mean_ms": float(arr.mean()), "mad_ms": float(np.median(np.abs(arr - med))), "peak_rss_mb": 41.3},
+                    "mean_ms": float(arr.mean()), "mad_ms": mad(arr), "peak_rss_mb": 41.3},
         "drift": {"top1_agreement": 1.0 if is_float else 0.985, "accuracy": float_acc - drop / 100,
                   "float_accuracy": float_acc, "accuracy_drop": drop,
                   "max_abs_error": 2e-6 if is_float else 0.12, "cosine": 1.0 if is_float else 0.9991},
@@ -88,9 +115,6 @@ def demo_results() -> dict[str, dict]:
 
 
 def write_demo(out_dir: str | Path) -> list[Path]:
-    from ._io import write_files_atomic
-    import json
-
     out = Path(out_dir)
     files = {out / f"{stem}.json": json.dumps(r, indent=2) + "\n" for stem, r in demo_results().items()}
     write_files_atomic(files)
@@ -99,7 +123,7 @@ def write_demo(out_dir: str | Path) -> list[Path]:
 
 def calibrate(pairs: int = 300, sizes=(50, 200, 1000), lags=(0.0, 0.5, 0.8, 0.9)) -> list[dict]:
     """How often `compare` calls two runs of one artifact different, and how often it finds +5%/+15%."""
-    from .compare import compare
+    from edgeforge.report.compare import compare
 
     rows = []
     for n in sizes:
@@ -125,4 +149,4 @@ if __name__ == "__main__":
         for p in write_demo(sys.argv[1]):
             print(p)
     else:
-        sys.exit("usage: python -m edgeforge.report.demo DIR | --calibrate")
+        sys.exit("usage: python tests/result_factory.py DIR | --calibrate")
