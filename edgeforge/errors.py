@@ -6,6 +6,7 @@ The exit codes are declared once, in :class:`ExitCode`; each error class names i
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import ClassVar
 
 
 class ExitCode(IntEnum):
@@ -53,13 +54,95 @@ class ConverterCrash(PassError):
 
 
 class DeviceError(EdgeforgeError):
-    """A device could not be reached, refused us, lacks a runtime, or its runner failed."""
+    """A device failed us. ``device`` names it; ``detail`` is the cause without the name.
+
+    The subclass says what the caller can do next. ``transient``: the failure may pass on its
+    own, so a connect is tried again (by class, never by reading the message).
+    ``counts_against_health``: whether the device's health record counts it as a failure.
+    """
 
     exit_code = ExitCode.DEVICE
+    transient: ClassVar[bool] = False
+    counts_against_health: ClassVar[bool] = True
 
-    def __init__(self, device: str, message: str, *, hint: str | None = None):
+    def __init__(self, device: str, detail: str, *, hint: str | None = None):
         self.device = device
-        super().__init__(f"device {device}: {message}", hint=hint)
+        self.detail = " ".join(str(detail).split())
+        super().__init__(f"device {device}: {self.detail}", hint=hint)
+
+    def restate(self, detail: str | None = None, *, hint: str | None = None) -> "DeviceError":
+        """The same cause on the same device, in other words (``hint`` replaces the old one)."""
+        return type(self)(self.device, self.detail if detail is None else detail,
+                          hint=self.hint if hint is None else hint)
+
+
+class Unreachable(DeviceError):
+    """Refused, timed out, no SSH handshake yet: may pass, so connects are tried again."""
+
+    transient = True
+
+
+class ConnectionLost(DeviceError):
+    """The connection dropped (reset, EOF) while connecting or mid-run: may pass."""
+
+    transient = True
+
+
+class NameNotResolved(DeviceError):
+    """The device's host name does not resolve: fix devices.toml or DNS."""
+
+
+class AuthFailed(DeviceError):
+    """The device refused our user or key: fix user/identity or authorized_keys."""
+
+
+class HostKeyRejected(DeviceError):
+    """The host key is unknown (``--trust-new-host`` records it) or changed (check why)."""
+
+
+class SSHFailed(DeviceError):
+    """Another SSH-level failure (a handshake or channel that broke for a reason not above)."""
+
+
+class RunnerTimeout(DeviceError):
+    """The runner (or another program edgeforge runs there) did not finish in time: raise
+    ``--timeout`` or lower ``--runs``."""
+
+
+class RunnerCrashed(DeviceError):
+    """The runner (or another program edgeforge runs there) died or exited with an error."""
+
+
+class RuntimeMissing(DeviceError):
+    """The device lacks what the run needs: its python, numpy, or the runtime (install it,
+    or point ``python = ...`` in devices.toml at one that has it)."""
+
+
+class DigestMismatch(DeviceError):
+    """Files on the device do not match their sha256 (changed after upload): re-run."""
+
+
+class Misconfigured(DeviceError):
+    """The device answers but is not what devices.toml says: another architecture or target,
+    or a workdir the user cannot write."""
+
+
+class Busy(DeviceError):
+    """Another bench holds the device's lease: ``--wait`` for it. Not a failure of the device."""
+
+    counts_against_health = False
+
+
+class LeaseLost(DeviceError):
+    """Another bench broke our lease as stale mid-run: raise ``--timeout`` so the lease's TTL
+    covers the bench."""
+
+
+class Unhealthy(DeviceError):
+    """The device is marked unhealthy after failed benches; ``edgeforge devices check NAME``
+    clears the mark."""
+
+    counts_against_health = False
 
 
 class GateFailed(EdgeforgeError):

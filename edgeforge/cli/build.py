@@ -1,8 +1,8 @@
 """The build verbs: ``build``, ``check``, ``targets``, ``cache``."""
 from __future__ import annotations
 
-from ..errors import ConfigError, ExitCode
-from ._common import add_build_flags, build_progress, console, say_error
+from ..errors import ConfigError, ExitCode, GateFailed
+from ._common import add_build_flags, build_progress, console
 from ._render import print_build_summary
 
 
@@ -42,9 +42,8 @@ def cmd_build(args) -> int:
                            min_cosine=args.min_cosine, on_event=on_event, log=log)
     print_build_summary(result.manifest, result.out_dir)
     if result.verify_status == "failed":
-        say_error(f"verify failed: {result.manifest['verify'].get('reason')}; "
-                  f"the build is kept in {result.out_dir} for inspection")
-        return ExitCode.GATE
+        raise GateFailed(f"verify failed: {result.manifest['verify'].get('reason')}",
+                         hint=f"the build is kept in {result.out_dir} for inspection")
     return ExitCode.OK
 
 

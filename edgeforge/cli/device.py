@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ConfigError, ExitCode
+from ..errors import ConfigError, ExitCode, GateFailed
 from ..report import fmt
 from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, check_gate_flags, console, escape,
                       fleet_progress, gate_with_history, positive_int, say_error,
@@ -136,8 +136,8 @@ def cmd_run(args) -> int:
     if not args.quiet:
         print_build_summary(result.manifest, result.out_dir)
     if result.verify_status == "failed":
-        say_error(f"verify failed: {result.manifest['verify'].get('reason')}; not benching it")
-        return ExitCode.GATE
+        raise GateFailed(f"verify failed: {result.manifest['verify'].get('reason')}",
+                         hint="not benching it")
     with step_progress(args.quiet) as on_step:
         outcome = bench(result.out_dir, args.device, runs=args.runs, warmups=args.warmups, timeout=args.timeout,
                         connect_timeout=args.connect_timeout, trust_new_host=args.trust_new_host,
@@ -180,8 +180,8 @@ def cmd_sweep(args) -> int:
     if outcome.error is not None:
         raise outcome.error
     if outcome.verify_failed:
-        say_error(f"verify failed for {', '.join(outcome.verify_failed)}; not benched")
-        return ExitCode.GATE
+        raise GateFailed(f"verify failed for {', '.join(outcome.verify_failed)}",
+                         hint="not benched")
     return gate
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ConfigError, DeviceError, ExitCode
+from ..errors import ConfigError, ExitCode, Misconfigured
 from ..report import fmt
 from . import emulate
 from ._common import add_device_flags, console, escape, positive_float, step_progress
@@ -61,7 +61,7 @@ def cmd_devices(args) -> int:
         print_check(report)
     if not report["matches"]:
         failed = [f"{c['check']} ({c['detail']})" for c in report["checks"] if c["required"] and not c["ok"]]
-        raise DeviceError(args.name, f"does not match target {report['target']}: {'; '.join(failed)}")
+        raise Misconfigured(args.name, f"does not match target {report['target']}: {'; '.join(failed)}")
     from ..device.health import HealthStore
 
     store = HealthStore(load_inventory(args.inventory).path)

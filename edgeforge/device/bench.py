@@ -28,7 +28,8 @@ from typing import Callable
 
 from .. import __version__
 from ..cache import sha256_file
-from ..errors import ConfigError, DeviceError
+from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Misconfigured,
+                      RunnerCrashed, RunnerTimeout, RuntimeMissing, Unhealthy)
 from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ..results.stats import summarize
 from ..runner import RUNNER_FILE
@@ -238,8 +239,8 @@ class Bench:
                               f"{self.manifest['target']}",
                               hint=f"build for it: edgeforge build PROJECT --target {device.target}")
 
-    def error(self, message, hint=None) -> DeviceError:
-        return DeviceError(self.device.name, message, hint=hint)
+    def error(self, cls: type[DeviceError], message, hint=None) -> DeviceError:
+        return cls(self.device.name, message, hint=hint)
 
     # ------------------------------------------------------------ steps
 
@@ -261,21 +262,21 @@ class Bench:
         self._raise_for_transport(r, "checking the files on the device")
         line = next((ln for ln in r.stdout.splitlines() if ln.startswith(PREPARE_PREFIX)), None)
         if r.exit_code == 127 or (line is None and "not found" in r.stderr):
-            raise self.error(f"python '{self.device.python}' not found on the device",
+            raise self.error(RuntimeMissing, f"python '{self.device.python}' not found on the device",
                              hint="set python = ... in devices.toml to a Python 3 with numpy and the runtime")
         if line is None:
-            raise self.error(f"could not check files with {self.device.python} (exit {r.exit_code}): {_tail(r.stderr)}")
+            raise self.error(RunnerCrashed, f"could not check files with {self.device.python} (exit {r.exit_code}): {_tail(r.stderr)}")
         info = json.loads(line[len(PREPARE_PREFIX):])
         arch = self.manifest.get("target_profile", {}).get("arch")
         if arch and not arch_matches(arch, info.get("machine")):
-            raise self.error(f"device is {info.get('machine')}, target {self.manifest['target']} is {arch}",
+            raise self.error(Misconfigured, f"device is {info.get('machine')}, target {self.manifest['target']} is {arch}",
                              hint="check devices.toml: target = ... for this device")
         if not info.get("writable"):
-            raise self.error(f"workdir {info['dir']} is not writable: {info.get('error', 'permission denied')}",
+            raise self.error(Misconfigured, f"workdir {info['dir']} is not writable: {info.get('error', 'permission denied')}",
                              hint="set workdir = ... in devices.toml to a directory the user can write")
         missing = [m for m, ok in info["modules"].items() if not ok]
         if missing:
-            raise self.error(f"runtime missing: {', '.join(missing)} not importable by {info['executable']} "
+            raise self.error(RuntimeMissing, f"runtime missing: {', '.join(missing)} not importable by {info['executable']} "
                              f"(Python {info['python']})",
                              hint=f"install {' and '.join(missing)} on the device, or point python = ... in "
                                   "devices.toml at a Python that has them")
@@ -343,28 +344,28 @@ class Bench:
         # loaded host that can come first: a run that failed after the timeout is a timeout.
         if r.timed_out or (r.exit_code != 0 and not r.connection_lost and r.seconds >= s.command_timeout_s):
             self._kill_remote(tr)
-            raise self.error(f"runner timed out after {s.command_timeout_s:g}s during {self._phase()}",
+            raise self.error(RunnerTimeout, f"runner timed out after {s.command_timeout_s:g}s during {self._phase()}",
                              hint="raise --timeout, or lower --runs")
         self._raise_for_transport(r, f"running the bench (during {self._phase()})")
         err = self.partial.first("error")
         if err:
             kind = err.get("kind")
             if kind == "digest":
-                raise self.error(f"files on the device do not match their sha256: {', '.join(err.get('files', []))}",
+                raise self.error(DigestMismatch, f"files on the device do not match their sha256: {', '.join(err.get('files', []))}",
                                  hint="they changed after the upload; re-run to upload them again")
             if kind == "runtime-missing":
-                raise self.error(f"runtime missing: {err.get('message')}",
+                raise self.error(RuntimeMissing, f"runtime missing: {err.get('message')}",
                                  hint="install it on the device or set python = ... in devices.toml")
-            raise self.error(f"runner failed: {err.get('message')}")
+            raise self.error(RunnerCrashed, f"runner failed: {err.get('message')}")
         if r.exit_code != 0:
             if r.signal:
-                raise self.error(f"runner crashed ({_signal_name(r.signal)}) during {self._phase()}"
+                raise self.error(RunnerCrashed, f"runner crashed ({_signal_name(r.signal)}) during {self._phase()}"
                                  + (f": {_tail(r.stderr)}" if _tail(r.stderr) else ""))
             if r.exit_code == 127:
-                raise self.error(f"python '{self.device.python}' not found on the device")
-            raise self.error(f"runner exited {r.exit_code} during {self._phase()}: {_tail(r.stderr) or 'no message'}")
+                raise self.error(RuntimeMissing, f"python '{self.device.python}' not found on the device")
+            raise self.error(RunnerCrashed, f"runner exited {r.exit_code} during {self._phase()}: {_tail(r.stderr) or 'no message'}")
         if not self.partial.first("done"):
-            raise self.error(f"runner stopped without an error during {self._phase()}")
+            raise self.error(RunnerCrashed, f"runner stopped without an error during {self._phase()}")
 
     def _kill_remote(self, tr: SSHTransport) -> None:
         """End the runner on the device (it also ends itself at its deadline)."""
@@ -382,10 +383,10 @@ class Bench:
 
     def _raise_for_transport(self, r, doing: str) -> None:
         if r.connection_lost:
-            raise self.error(f"connection to {self.device.address} lost while {doing}",
+            raise self.error(ConnectionLost, f"connection to {self.device.address} lost while {doing}",
                              hint="the device or its sshd went away; results already measured are kept")
         if r.timed_out:
-            raise self.error(f"timed out after {self.settings.command_timeout_s:g}s while {doing}")
+            raise self.error(RunnerTimeout, f"timed out after {self.settings.command_timeout_s:g}s while {doing}")
 
     # ------------------------------------------------------------ result
 
@@ -464,8 +465,7 @@ class Bench:
         except Exception:  # noqa: BLE001 - never hide the device error behind a write error
             return exc
         hint = f"{exc.hint}; " if exc.hint else ""
-        return DeviceError(self.device.name, exc.message.split(": ", 1)[1] if exc.message.startswith("device ") else exc.message,
-                           hint=f"{hint}what was measured is in {path}")
+        return exc.restate(hint=f"{hint}what was measured is in {path}")
 
     # ------------------------------------------------------------ all of it
 
@@ -478,13 +478,12 @@ class Bench:
             try:
                 return tr.open()
             except DeviceError as exc:
-                if not getattr(exc, "transient", False) or attempt > self.retries:
+                if not exc.transient or attempt > self.retries:
                     if attempt > 1:
-                        raise DeviceError(self.device.name, f"{_strip_device(exc)} (after {attempt} tries)",
-                                          hint=exc.hint) from None
+                        raise exc.restate(f"{exc.detail} (after {attempt} tries)") from None
                     raise
                 delay = self.backoff_s * 2 ** (attempt - 1)
-                self.on_step("connect", f"{_strip_device(exc)}; try {attempt + 1} of {self.retries + 1} in {delay:.1f}s")
+                self.on_step("connect", f"{exc.detail}; try {attempt + 1} of {self.retries + 1} in {delay:.1f}s")
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -523,11 +522,6 @@ class Bench:
         return BenchOutcome(result, path)
 
 
-def _strip_device(exc: DeviceError) -> str:
-    prefix = f"device {exc.device}: "
-    return exc.message[len(prefix):] if exc.message.startswith(prefix) else exc.message
-
-
 def bench(build_dir, device: str, *, runs: int | None = None, warmups=None, timeout: float | None = None,
           connect_timeout: float | None = None, trust_new_host: bool = False, inventory=None,
           results_dir=None, on_step: Step | None = None, threads: int | None = None,
@@ -555,31 +549,28 @@ def bench(build_dir, device: str, *, runs: int | None = None, warmups=None, time
 
 def guarded(inventory_path, name: str, fn, *, enabled: bool = True, store=None):
     """Run ``fn()`` (a device's benches) under the device's health record: refuse an unhealthy
-    device, count a DeviceError (not DeviceBusy) as a failure and a return as a success."""
+    device, count a DeviceError that ``counts_against_health`` as a failure and a return as a
+    success."""
     from .health import HealthStore, skip_note
-    from .lease import DeviceBusy
 
     if not enabled:
         return fn()
     store = store or HealthStore(inventory_path)
     entry = store.unhealthy(name)
     if entry:
-        raise DeviceUnhealthy(name, f"skipped: {skip_note(name, entry)}")
+        raise Unhealthy(name, f"skipped: {skip_note(name, entry)}")
     try:
         out = fn()
-    except DeviceBusy:
-        raise
     except DeviceError as exc:
-        entry = store.record_failure(name, _strip_device(exc))
+        if not exc.counts_against_health:
+            raise
+        entry = store.record_failure(name, exc.detail)
         if entry and entry.get("unhealthy") and entry.get("consecutive_failures") == store.threshold:
-            raise DeviceError(name, f"{_strip_device(exc)}; now marked unhealthy after "
-                                    f"{store.threshold} consecutive failed benches",
+            raise exc.restate(f"{exc.detail}; now marked unhealthy after "
+                              f"{store.threshold} consecutive failed benches",
                               hint=(f"{exc.hint}; " if exc.hint else "")
                                    + f"`edgeforge devices check {name}` clears the mark") from None
         raise
     store.record_success(name)
     return out
 
-
-class DeviceUnhealthy(DeviceError):
-    """The device is marked unhealthy (exit 4); ``edgeforge devices check NAME`` clears it."""

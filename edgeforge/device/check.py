@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import DeviceError
+from ..errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
 from ..runner import RUNNER_FILE
 from ..targets import load_target
 from .bench import RUNTIME_FOR_BACKEND, arch_matches
@@ -19,17 +19,17 @@ def probe_device(tr: SSHTransport, timeout: float, benchmark_bin: str | None = N
         args += ["--benchmark-bin", benchmark_bin]
     r = tr.python(args, timeout=timeout, doing="probing the device")
     if r.connection_lost:
-        raise DeviceError(dev.name, f"connection to {dev.address} lost while probing the device")
+        raise ConnectionLost(dev.name, f"connection to {dev.address} lost while probing the device")
     if r.timed_out:
-        raise DeviceError(dev.name, f"probe timed out after {timeout:g}s")
+        raise RunnerTimeout(dev.name, f"probe timed out after {timeout:g}s")
     if r.exit_code == 127:
-        raise DeviceError(dev.name, f"python '{dev.python}' not found on the device",
+        raise RuntimeMissing(dev.name, f"python '{dev.python}' not found on the device",
                           hint="set python = ... in devices.toml to a Python 3 with numpy")
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DeviceError(dev.name, f"probe failed with {dev.python} (exit {r.exit_code}): {tail}") from None
+        raise RunnerCrashed(dev.name, f"probe failed with {dev.python} (exit {r.exit_code}): {tail}") from None
 
 
 def check_device(name: str, *, inventory=None, connect_timeout: float | None = None, timeout: float | None = None,

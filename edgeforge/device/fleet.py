@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ConfigError, DeviceError, EdgeforgeError
-from .bench import RETRIES, Bench, DeviceUnhealthy, _strip_device, build_files, guarded, resolve_settings
+from ..errors import Busy, ConfigError, DeviceError, EdgeforgeError, Unhealthy
+from .bench import RETRIES, Bench, build_files, guarded, resolve_settings
 from .health import UNHEALTHY_AFTER, HealthStore, skip_note
 from .inventory import Device, load_inventory, select_devices
-from .lease import DeviceBusy
 
 FleetStep = Callable[[str, str, str], None]     # (device, step, message)
 
@@ -183,10 +182,10 @@ def fleet_bench(build_dirs, devices: str, *, inventory=None, runs=None, warmups=
         try:
             guarded(inv.path, r.name, benches, enabled=health, store=store)
             r.status = "ok"
-        except DeviceBusy as exc:
+        except Busy as exc:
             r.status, r.error, r.hint = "busy", _message(exc), exc.hint
-        except DeviceUnhealthy as exc:
-            r.status, r.note = "skipped", _strip_device(exc).removeprefix("skipped: ")
+        except Unhealthy as exc:
+            r.status, r.note = "skipped", exc.detail.removeprefix("skipped: ")
             for j in r.jobs:
                 j.status = "not run"
         except EdgeforgeError as exc:
@@ -204,7 +203,7 @@ def fleet_bench(build_dirs, devices: str, *, inventory=None, runs=None, warmups=
 
 
 def _message(exc: EdgeforgeError) -> str:
-    return _strip_device(exc) if isinstance(exc, DeviceError) else exc.message
+    return exc.detail if isinstance(exc, DeviceError) else exc.message
 
 
 def _one(exc: EdgeforgeError) -> str:

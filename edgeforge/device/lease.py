@@ -30,7 +30,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import DeviceError
+from ..errors import (Busy, ConnectionLost, DeviceError, LeaseLost, Misconfigured, RunnerCrashed, RunnerTimeout,
+                      RuntimeMissing)
 from .localsshd import _pid_alive
 from .transport import SSHTransport
 
@@ -146,10 +147,6 @@ def iso(t: float | None) -> str | None:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-class DeviceBusy(DeviceError):
-    """Another bench holds the device's lease (exit 4; not a device failure for its health)."""
-
-
 def describe_holder(holder: dict, age_s: float | None = None) -> str:
     who = f"{holder.get('user') or '?'}@{holder.get('host') or '?'} pid {holder.get('pid', '?')}"
     what = f" ({holder['what']})" if holder.get("what") else ""
@@ -187,19 +184,19 @@ class Lease:
         r = self.tr.python(["-c", REMOTE_LEASE, json.dumps(req)], timeout=SCRIPT_TIMEOUT_S,
                            doing=f"{'taking' if op == 'acquire' else op + 'ing'} the device lease")
         if r.connection_lost:
-            raise DeviceError(self.device.name, f"connection to {self.device.address} lost while handling the lease")
+            raise ConnectionLost(self.device.name, f"connection to {self.device.address} lost while handling the lease")
         if r.timed_out:
-            raise DeviceError(self.device.name, f"lease script timed out after {SCRIPT_TIMEOUT_S:g}s")
+            raise RunnerTimeout(self.device.name, f"lease script timed out after {SCRIPT_TIMEOUT_S:g}s")
         line = next((ln for ln in r.stdout.splitlines() if ln.startswith(LEASE_PREFIX)), None)
         if line is None:
             if r.exit_code == 127:
-                raise DeviceError(self.device.name, f"python '{self.device.python}' not found on the device",
+                raise RuntimeMissing(self.device.name, f"python '{self.device.python}' not found on the device",
                                   hint="set python = ... in devices.toml to a Python 3 with numpy and the runtime")
             tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:300]
-            raise DeviceError(self.device.name, f"lease script failed (exit {r.exit_code}): {tail}")
+            raise RunnerCrashed(self.device.name, f"lease script failed (exit {r.exit_code}): {tail}")
         out = json.loads(line[len(LEASE_PREFIX):])
         if out.get("status") == "error":
-            raise DeviceError(self.device.name, f"cannot take the lease in {self.device.workdir}: {out.get('error')}",
+            raise Misconfigured(self.device.name, f"cannot take the lease in {self.device.workdir}: {out.get('error')}",
                               hint="set workdir = ... in devices.toml to a directory the user can write")
         return out
 
@@ -249,9 +246,9 @@ class Lease:
             if waited >= self.wait_s:
                 busy = describe_holder(holder, age) + (f", runner pid {runner} on the device" if runner else "")
                 if self.wait_s > 0:
-                    raise DeviceBusy(self.device.name, f"busy: still leased after waiting {waited:.0f}s, by {busy}",
+                    raise Busy(self.device.name, f"busy: still leased after waiting {waited:.0f}s, by {busy}",
                                      hint="raise --wait, or try again later")
-                raise DeviceBusy(self.device.name, f"busy: leased by {busy}",
+                raise Busy(self.device.name, f"busy: leased by {busy}",
                                  hint="pass --wait SECONDS to wait for it")
             if not announced:
                 self.on_step("lease", f"waiting for {describe_holder(holder, age)} (up to {self.wait_s:g}s)")
@@ -266,7 +263,7 @@ class Lease:
         if out["status"] == "lost":
             self.held = False
             holder = out.get("holder") or {}
-            raise DeviceError(self.device.name, "lost the device lease"
+            raise LeaseLost(self.device.name, "lost the device lease"
                               + (f" to {describe_holder(holder)}" if holder else "")
                               + " (it was broken as stale)", hint="raise --timeout so the lease TTL covers the bench")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, DeviceError
+from ..errors import ConfigError, DeviceError, Unhealthy
 from .bench import RETRIES, Bench, Step, guarded, resolve_settings
 from .fleet import new_id
 from .inventory import load_inventory
@@ -119,12 +119,11 @@ def sweep(project, target: str, device: str, *, backend: str | None = None, prec
     outcome = SweepOutcome(new_id("sweep"), dev.name, target, backend, [])
     name = load_project(project).name
     if health:
-        from .bench import DeviceUnhealthy
         from .health import HealthStore, skip_note
 
         entry = HealthStore(inv.path).unhealthy(dev.name)
         if entry:
-            raise DeviceUnhealthy(dev.name, f"skipped: {skip_note(dev.name, entry)}")
+            raise Unhealthy(dev.name, f"skipped: {skip_note(dev.name, entry)}")
 
     builds: dict[str, Path] = {}
     for prec in precisions:

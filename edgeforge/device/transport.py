@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import DeviceError
+from ..errors import (AuthFailed, ConnectionLost, DeviceError, HostKeyRejected, NameNotResolved,
+                      SSHFailed, Unreachable)
 from .inventory import Device
 
 KEEPALIVE_S = 5
@@ -75,29 +76,6 @@ def _make_policy(trust_new_host: bool, known_hosts: Path, recorded: list):
             recorded.append((hostname, key_fingerprint(key)))
 
     return _Policy()
-
-
-def is_transient_connect_error(exc: BaseException) -> bool:
-    """Whether a failure to connect may go away on its own: refused, reset, timed out, no SSH
-    banner yet (sshd starting or overloaded). Authentication, host keys and name resolution
-    are not transient: trying again cannot fix them."""
-    import paramiko
-    from invoke.exceptions import ThreadException
-
-    if isinstance(exc, ThreadException) and exc.exceptions:
-        return is_transient_connect_error(exc.exceptions[0].value)
-    if isinstance(exc, (UnknownHostKey, paramiko.BadHostKeyException, paramiko.AuthenticationException,
-                        socket.gaierror)):
-        return False
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        return True          # every address refused or was unreachable
-    if isinstance(exc, (socket.timeout, TimeoutError, ConnectionRefusedError, ConnectionResetError,
-                        ConnectionAbortedError, BrokenPipeError, EOFError)):
-        return True
-    if isinstance(exc, paramiko.SSHException):
-        low = str(exc).lower()
-        return "banner" in low or "no existing session" in low or "reset" in low or "eof" in low
-    return False
 
 
 @dataclass
@@ -154,8 +132,8 @@ class SSHTransport:
 
     # ------------------------------------------------------------ errors
 
-    def error(self, message: str, hint: str | None = None) -> DeviceError:
-        return DeviceError(self.device.name, message, hint=hint)
+    def error(self, cls: type[DeviceError], message: str, hint: str | None = None) -> DeviceError:
+        return cls(self.device.name, message, hint=hint)
 
     @property
     def where(self) -> str:
@@ -172,33 +150,33 @@ class SSHTransport:
             return exc
         if isinstance(exc, UnknownHostKey):
             return self.error(
-                f"unknown host key {exc.key.get_name()} {key_fingerprint(exc.key)} for {exc.hostname}, "
+                HostKeyRejected, f"unknown host key {exc.key.get_name()} {key_fingerprint(exc.key)} for {exc.hostname}, "
                 f"not in {self.known_hosts}",
                 hint="check the fingerprint on the device (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
                      "then re-run with --trust-new-host to record it")
         if isinstance(exc, paramiko.BadHostKeyException):
             return self.error(
-                f"host key for {exc.hostname} has changed: known_hosts has {key_fingerprint(exc.expected_key)}, "
+                HostKeyRejected, f"host key for {exc.hostname} has changed: known_hosts has {key_fingerprint(exc.expected_key)}, "
                 f"the device offered {key_fingerprint(exc.key)}",
                 hint=f"if the device was re-installed, remove its line from {self.known_hosts}; "
                      "otherwise someone may be intercepting the connection")
         if isinstance(exc, paramiko.AuthenticationException):
             ident = f" with {self.device.identity}" if self.device.identity else ""
-            return self.error(f"authentication failed for {self.where}{ident} ({exc})",
+            return self.error(AuthFailed, f"authentication failed for {self.where}{ident} ({exc})",
                               hint="check user and identity in devices.toml and the device's authorized_keys")
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
             reasons = sorted({(e.strerror or str(e)).lower() for e in exc.errors.values()})
-            return self.error(f"cannot reach {self.where}: {'; '.join(reasons) or 'no address answered'}",
+            return self.error(Unreachable, f"cannot reach {self.where}: {'; '.join(reasons) or 'no address answered'}",
                               hint="is the device on and sshd listening on that port?")
         if isinstance(exc, socket.gaierror):
-            return self.error(f"cannot resolve host '{self.device.host}' ({exc.strerror or exc})")
+            return self.error(NameNotResolved, f"cannot resolve host '{self.device.host}' ({exc.strerror or exc})")
         if isinstance(exc, (socket.timeout, TimeoutError)):
-            return self.error(f"cannot reach {self.where}: no answer within {self.connect_timeout:g}s while {doing}",
+            return self.error(Unreachable, f"cannot reach {self.where}: no answer within {self.connect_timeout:g}s while {doing}",
                               hint="is the device on the network? raise --connect-timeout if it is slow")
         if isinstance(exc, ConnectionRefusedError):
-            return self.error(f"cannot reach {self.where}: connection refused")
-        if isinstance(exc, (EOFError, ConnectionResetError, BrokenPipeError)):
-            return self.error(f"connection to {self.where} lost while {doing}")
+            return self.error(Unreachable, f"cannot reach {self.where}: connection refused")
+        if isinstance(exc, (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+            return self.error(ConnectionLost, f"connection to {self.where} lost while {doing}")
         if isinstance(exc, ThreadException):
             inner = exc.exceptions[0].value if exc.exceptions else exc
             return self.map_exception(inner, doing)
@@ -207,16 +185,18 @@ class SSHTransport:
             if doing == "connecting":
                 low = text.lower()
                 if "banner" in low or "no existing session" in low:
-                    return self.error(f"cannot reach {self.where}: no SSH handshake within "
+                    return self.error(Unreachable, f"cannot reach {self.where}: no SSH handshake within "
                                       f"{self.connect_timeout:g}s ({text})",
                                       hint="is sshd (and not something else) listening on that port?")
-                return self.error(f"cannot reach {self.where}: SSH handshake failed ({text})")
+                # a handshake cut short (reset, EOF) may pass; another broken handshake will not
+                cls = Unreachable if "reset" in low or "eof" in low else SSHFailed
+                return self.error(cls, f"cannot reach {self.where}: SSH handshake failed ({text})")
             if not self.is_connected():
-                return self.error(f"connection to {self.where} lost while {doing} ({text})")
-            return self.error(f"SSH failed while {doing}: {text}")
+                return self.error(ConnectionLost, f"connection to {self.where} lost while {doing} ({text})")
+            return self.error(SSHFailed, f"SSH failed while {doing}: {text}")
         if isinstance(exc, OSError):
-            return self.error(f"{doing} failed on {self.where}: {exc.strerror or exc}")
-        return self.error(f"{doing} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return self.error(SSHFailed, f"{doing} failed on {self.where}: {exc.strerror or exc}")
+        return self.error(SSHFailed, f"{doing} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
     # ------------------------------------------------------------ connection
 
@@ -238,7 +218,7 @@ class SSHTransport:
                               connect_timeout=max(1, math.ceil(self.connect_timeout)),
                               connect_kwargs=connect_kwargs)
         except Exception as exc:  # noqa: BLE001 - a bad ~/.ssh/config, ...
-            raise self.error(f"cannot set up SSH to {dev.address}: {exc}") from None
+            raise self.error(SSHFailed, f"cannot set up SSH to {dev.address}: {exc}") from None
         self.conn = conn
         kh = dev.known_hosts or (conn.ssh_config.get("userknownhostsfile") or "").split(" ")[0] or "~/.ssh/known_hosts"
         self.known_hosts = Path(os.path.expanduser(kh))
@@ -249,7 +229,7 @@ class SSHTransport:
             if self.known_hosts.is_file():
                 client.get_host_keys().load(str(self.known_hosts))
         except (OSError, ValueError) as exc:
-            raise self.error(f"cannot read known_hosts {self.known_hosts}: {exc}") from None
+            raise self.error(HostKeyRejected, f"cannot read known_hosts {self.known_hosts}: {exc}") from None
         client.set_missing_host_key_policy(_make_policy(self.trust_new_host, self.known_hosts,
                                                         self.recorded_host_keys))
         try:
@@ -259,9 +239,7 @@ class SSHTransport:
             self.close()
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            err = self.map_exception(exc, "connecting")
-            err.transient = is_transient_connect_error(exc)
-            raise err from None
+            raise self.map_exception(exc, "connecting") from None
         return self
 
     def close(self) -> None:
