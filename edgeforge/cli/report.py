@@ -53,7 +53,7 @@ def cmd_compare(args) -> int:
     import json
 
     from ..report.compare import ALPHA, MIN_CHANGE, compare
-    from ..report.keys import fingerprint_id, label, short
+    from ..report.pairing import fingerprint_id, label, short
     from ..report.load import load_result
 
     a, b = load_result(args.a), load_result(args.b)

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..results.stats import relative_spread
-from .keys import emulated, emulated_reason, fingerprint_differences, runtime_differences, short
+from .pairing import emulated, emulated_reason, fingerprint_differences, runtime_differences, short
 from .load import validate_result
 
 ALPHA = 0.05

@@ -3,7 +3,9 @@
 - ``max_accuracy_drop``: the run's ``drift.accuracy_drop`` (percentage points) <= X;
 - ``max_p50_ms``: the run's median latency <= Y ms;
 - ``min_int8_speedup``: for each INT8 run, p50(fp32) / p50(int8) >= Z, the fp32 run being the
-  same model and target on the same device (see :func:`.keys.float_counterpart`).
+  same model and target on the same device (see :func:`.keys.float_counterpart`);
+- ``min_accelerated_nodes``: the share of the artifact's nodes that ran on an accelerating
+  execution provider (not CPUExecutionProvider), from the runner's placement record, >= F (0-1).
 
 A gate that cannot be measured (no drift recorded, no fp32 counterpart, no INT8 run on a device)
 fails and says why: a CI gate must not pass because the data is missing.
@@ -14,10 +16,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from ..errors import ConfigError, GateFailed
-from .keys import emulated, emulated_reason, fingerprint_id, float_counterpart, label, p50_ms, precision, short
+from .pairing import emulated, emulated_reason, fingerprint_id, float_counterpart, label, p50_ms, precision, short
 
-GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup")
-UNITS = {"max_accuracy_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x"}
+GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes")
+UNITS = {"max_accuracy_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x", "min_accelerated_nodes": ""}
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class GateResult:
 
 def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, max_p50_ms: float | None = None,
                    min_int8_speedup: float | None = None, *, reference: list[dict] = (),
-                   force: bool = False) -> list[GateResult]:
+                   force: bool = False, min_accelerated_nodes: float | None = None) -> list[GateResult]:
     """Evaluate the gates whose threshold is given over ``results``; order: device, gate, result.
 
     ``reference`` holds earlier runs that are not gated themselves but may serve as the fp32
@@ -53,6 +55,8 @@ def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, 
                              ("min_int8_speedup", min_int8_speedup, 0.0)):
         if value is not None and not value >= low:
             raise ConfigError(f"{flag} must be a number >= {low:g}, not {value}")
+    if min_accelerated_nodes is not None and not 0.0 <= min_accelerated_nodes <= 1.0:
+        raise ConfigError(f"min_accelerated_nodes is a share of the nodes, 0 to 1, not {min_accelerated_nodes}")
     timed = [r for r in results if emulated(r)] if (max_p50_ms, min_int8_speedup) != (None, None) else []
     if timed and not force:
         flag = "--max-p50-ms" if max_p50_ms is not None else "--min-int8-speedup"
@@ -74,6 +78,8 @@ def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, 
             if not int8:
                 out.append(GateResult("min_int8_speedup", device, False, None, min_int8_speedup,
                                       f"no int8 result on {device} to check"))
+        if min_accelerated_nodes is not None:
+            out += [placement_gate(r, min_accelerated_nodes) for r in on_device]
     return _unique_subjects(out)
 
 
@@ -112,6 +118,19 @@ def _speedup_gate(r: dict, results: list[dict], minimum: float) -> GateResult:
                       message=(f"int8 speed-up {speedup:.2f}x {'>=' if ok else '<'} {minimum:g}x required "
                                f"(fp32 p50 {p_float:.4g} ms [{short(ref['artifact']['sha256'])}] / "
                                f"int8 p50 {p_int8:.4g} ms)"), **_base(r))
+
+
+def placement_gate(r: dict, minimum: float) -> GateResult:
+    """The share of nodes on an accelerating execution provider (the runner's placement)."""
+    place = (r.get("runtime") or {}).get("placement")
+    if not place or not place.get("nodes"):
+        return GateResult("min_accelerated_nodes", passed=False, measured=None, threshold=minimum,
+                          message="no execution-provider placement recorded (onnxruntime runs only)", **_base(r))
+    share = place["accelerated"] / place["nodes"]
+    ok = share >= minimum
+    return GateResult("min_accelerated_nodes", passed=ok, measured=share, threshold=minimum,
+                      message=(f"{place['accelerated']}/{place['nodes']} nodes accelerated ({share:.0%}) "
+                               f"{'>=' if ok else '<'} {minimum:.0%} required; {place['summary']}"), **_base(r))
 
 
 def _unique_subjects(gates: list[GateResult]) -> list[GateResult]:

@@ -13,7 +13,7 @@ from .. import __version__
 from ..errors import ConfigError
 from ..fsutil import json_safe, write_files_atomic
 from .compare import ALPHA, MIN_CHANGE, compare
-from .keys import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
+from .pairing import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results
 
 REPORT_SCHEMA = "edgeforge.report/1"

@@ -34,7 +34,7 @@ def test_sweep_precision_by_threads(cli, lab, builds, fp32_build, tmp_path, monk
         assert col in out
     assert junit.read_text().count("<testcase") == 4
     # an INT8 point pairs with the fp32 point of the same thread count (speed-up column, gates, report)
-    from edgeforge.report.keys import float_counterpart
+    from edgeforge.report.pairing import float_counterpart
 
     for r in results:
         if r["artifact"]["precision"] == "int8":
