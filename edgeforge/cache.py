@@ -40,6 +40,43 @@ def digest_tree(root: Path) -> str:
     return digest_files((p.relative_to(root).as_posix(), p) for p in root.rglob("*") if p.is_file())
 
 
+# The build code: every file whose edits can change what a pass writes, relative to the edgeforge
+# package (a directory: every .py below it). A cached pass output is reused only while all of it is
+# byte-identical, even if nobody bumped a pass version. Anything else (the CLI, device/, report/,
+# results/) can change without invalidating a build. tests/unit/test_build_code.py checks that
+# everything the passes and the pipeline import is listed here.
+BUILD_CODE = (
+    "passes", "quant", "runner/edgeforge_runner.py", "lite_child.py",
+    "cache.py", "config.py", "contracts.py", "errors.py", "native.py", "paddle_env.py",
+    "pipeline.py", "project.py", "targets.py", "toolchain.py", "weights.py",
+)
+_PACKAGE_ROOT = Path(__file__).resolve().parent
+_build_code_digests: dict[Path, str] = {}
+
+
+def build_code_files(root: Path = _PACKAGE_ROOT) -> list[Path]:
+    """The files of :data:`BUILD_CODE` under ``root`` (the edgeforge package directory)."""
+    files = []
+    for entry in BUILD_CODE:
+        path = root / entry
+        if path.is_dir():
+            files += [f for f in path.rglob("*.py") if "__pycache__" not in f.parts]
+        elif path.is_file():
+            files.append(path)
+        else:  # a moved or renamed module must not silently drop out of the digest
+            raise FileNotFoundError(f"cache.BUILD_CODE names {entry}, which is not in {root}")
+    return sorted(files)
+
+
+def build_code_digest(root: Path = _PACKAGE_ROOT) -> str:
+    """sha256 over :func:`build_code_files` (names and contents); computed once per root."""
+    root = Path(root).resolve()
+    if root not in _build_code_digests:
+        _build_code_digests[root] = digest_files((f.relative_to(root).as_posix(), f)
+                                                 for f in build_code_files(root))
+    return _build_code_digests[root]
+
+
 def default_cache_dir() -> Path:
     env = os.environ.get("EDGEFORGE_CACHE")
     if env:

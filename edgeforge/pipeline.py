@@ -4,10 +4,9 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
-from .cache import Cache, digest_files, sha256_json
+from .cache import Cache, build_code_digest, sha256_json
 from .errors import EdgeforgeError, PassError
 from .passes.base import Artifact, Pass, PassContext
 
@@ -25,20 +24,10 @@ class StepRecord:
                 "seconds": round(self.seconds, 3), "cache_key": self.key}
 
 
-_BUILD_CODE_DIGEST: str | None = None
-_NOT_BUILD_CODE = ("cli.py", "device", "results")
-
-
 def code_digest(p: Pass) -> str:
-    """sha256 over edgeforge's build code (passes, quantization, toolchain glue): an edited pass
+    """sha256 over edgeforge's build code (:data:`edgeforge.cache.BUILD_CODE`): an edited pass
     or helper never reuses stale outputs, even if nobody bumped a pass version."""
-    global _BUILD_CODE_DIGEST
-    if _BUILD_CODE_DIGEST is None:
-        root = Path(__file__).resolve().parent
-        files = [f for f in root.rglob("*.py")
-                 if f.relative_to(root).parts[0] not in _NOT_BUILD_CODE and "__pycache__" not in f.parts]
-        _BUILD_CODE_DIGEST = digest_files((f.relative_to(root).as_posix(), f) for f in files)[:16]
-    return _BUILD_CODE_DIGEST
+    return build_code_digest()[:16]
 
 
 def check_chain(passes: Sequence[Pass], first_kind: str) -> None:

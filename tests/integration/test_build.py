@@ -43,6 +43,15 @@ def test_rpi4_gives_int8_nb_for_arm(builds):
     assert json.loads((r.out_dir / "manifest.json").read_text()) == m
 
 
+def test_manifest_says_whether_fast_kl_calibration_took(builds):
+    """The Lite path calibrates with Paddle's KL PTQ through edgeforge's fast paths; the manifest
+    says whether they took (they switch themselves off when Paddle's source differs)."""
+    q = builds["rpi4"].manifest["quantization"]
+    assert q["algo"] == "KL"
+    assert q["fast_kl"]["enabled"] is True, q["fast_kl"]
+    assert "fast_kl" not in (builds["orin"].manifest["quantization"] or {})    # ONNX path: no Paddle PTQ
+
+
 def test_jetson_orin_onnx_int8_runs_in_onnxruntime_within_one_point(builds, digits_project):
     r = builds["orin"]
     m = r.manifest
