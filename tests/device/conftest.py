@@ -164,17 +164,21 @@ class FleetLab:
             out.setdefault(r["device"]["name"], []).append(r)
         return out
 
-    def slow_python(self, seconds: float, name: str = "python-slow") -> Path:
+    def slow_python(self, seconds: float, name: str = "python-slow", until: Path | None = None) -> Path:
         """A device python whose bench runner sleeps ``seconds`` after it starts (before timing):
-        it holds the device long enough to be killed or contended for."""
+        it holds the device long enough to be killed or contended for. With ``until``, it sleeps
+        only until that file exists (at most ``seconds``), so a test decides when it lets go."""
         import sys
 
         hook = self.root / f"{name}-hook"
         hook.mkdir(exist_ok=True)
+        wait = (f"    import os\n    t_end = time.time() + {seconds}\n"
+                f"    while time.time() < t_end and not os.path.exists({str(until)!r}):\n"
+                "        time.sleep(0.05)\n") if until else f"    time.sleep({seconds})\n"
         (hook / "sitecustomize.py").write_text(
             "import sys, time\n"
             "if sys.argv and sys.argv[0].endswith('edgeforge_runner.py') and 'bench' in sys.argv[1:2]:\n"
-            f"    time.sleep({seconds})\n")
+            + wait)
         p = self.root / name
         p.write_text(f'#!/bin/sh\nPYTHONPATH={hook} exec {sys.executable} "$@"\n')
         p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
