@@ -9,6 +9,7 @@ Commands (the host runs them over SSH):
 
     edgeforge_runner.py probe [--benchmark-bin PATH]     JSON: python, numpy, runtimes, fingerprint
     edgeforge_runner.py bench DIR --spec JSON            JSON lines, one per event (see bench())
+    edgeforge_runner.py load DIR --spec JSON             JSON lines: a load curve (see load())
     edgeforge_runner.py BUILD_DIR [--drift-only]         drift of a build directory (legacy)
 
 ``bench`` prints one line per event, each ``@@edgeforge {json}``, flushed as it happens, so a
@@ -625,6 +626,334 @@ def _note_in_lease(lease):
         pass
 
 
+# ---------------------------------------------------------------- load (closed and open loop)
+#
+# ``load DIR --spec JSON``: the load generator, on the device. Per level of the spec
+# (mode closed|open, sessions shared|own, threads, batch, concurrency, rate): warm up for
+# warmup_s, then measure for duration_s. Closed loop: K workers send requests back to back.
+# Open loop: Poisson arrivals at ``rate`` per second; latency counts from the arrival, so it
+# includes queueing. ``shared``: one session, K threads calling run() (onnxruntime's run() is
+# thread-safe and releases the GIL); ``own``: K processes, a session each. Spinning is turned
+# off (session.intra_op.allow_spinning=0) whenever more than one request runs at a time.
+# Events: start, files, fingerprint (before), level (one per level), fingerprint (after), done.
+
+LOAD_MAX_SAMPLES = 4000       # raw latencies kept per level (evenly spaced); figures use all
+
+
+def _cpu_jiffies():
+    """(busy, total) from /proc/stat's first line, or None where there is no /proc/stat."""
+    lines = (_read("/proc/stat") or "").splitlines()
+    if not lines or not lines[0].startswith("cpu "):
+        return None
+    v = [int(x) for x in lines[0].split()[1:9]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
+def _rss_mb(pid):
+    for line in (_read("/proc/%d/status" % pid) or "").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+class _RssWatch:
+    """Peak of the summed RSS of ``pids``, sampled every 0.1 s on a daemon thread."""
+
+    def __init__(self, pids):
+        import threading
+        self.pids, self.peak, self.stop = list(pids), 0.0, threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while True:
+            self.peak = max(self.peak, sum(_rss_mb(p) for p in self.pids))
+            if self.stop.wait(0.1):
+                return
+
+    def done(self):
+        self.stop.set()
+        self.thread.join()
+        return round(self.peak, 2) if self.peak else peak_rss_mb()
+
+
+def _load_feeds(feeds, batch):
+    """The first ``batch`` evaluation samples (repeated when the set is smaller)."""
+    out = {}
+    for k, v in feeds.items():
+        idx = np.arange(batch) % len(v)
+        out[k] = np.ascontiguousarray(v[idx])
+    return out
+
+
+def _load_call(spec, build_dir, threads, spinning, feeds):
+    """A zero-argument function that runs one inference on a session of its own."""
+    model = os.path.join(build_dir, spec["artifact"]["path"])
+    if spec["backend"] == "onnx":
+        import onnxruntime as ort
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = int(threads or 0)
+        opts.inter_op_num_threads = 1
+        if not spinning:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        wanted = spec.get("runtime", {}).get("execution_providers") or ["CPUExecutionProvider"]
+        have = ort.get_available_providers()
+        sess = ort.InferenceSession(model, sess_options=opts,
+                                    providers=[p for p in wanted if p in have] or ["CPUExecutionProvider"])
+        feed = {i.name: feeds[i.name] for i in sess.get_inputs()}
+        run = sess.run
+        return lambda: run(None, feed)
+    names = [i["name"] for i in spec["inputs"]]
+    pred = lite_predictor(model, threads, spec.get("runtime", {}).get("power_mode"), names)
+    return lambda: pred(feeds)
+
+
+def _work(call, t_measure, t_end, arrivals=None, take=None, drain_s=0.0):
+    """One worker's loop. Closed (no ``arrivals``): back to back until ``t_end``. Open: serve
+    arrival times from ``take()`` (an index into ``arrivals``) until they pass ``t_end``, or
+    until the queue is ``drain_s`` behind. Latencies (s) of requests from ``t_measure`` on."""
+    clock, lat, errors, first_error, last = time.perf_counter, [], 0, None, None
+    while True:
+        if arrivals is None:
+            t0 = clock()
+            if t0 >= t_end:
+                break
+            start = t0
+        else:
+            i = take()
+            if i >= len(arrivals) or arrivals[i] >= t_end:
+                break
+            start, t0 = arrivals[i], clock()
+            if t0 < start:
+                time.sleep(start - t0)
+            elif t0 - start > drain_s:
+                break
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - a failed run is counted, not a crash
+            errors += 1 if start >= t_measure else 0
+            first_error = first_error or "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:200]
+                                                     if str(exc) else "")
+            continue
+        last = clock()
+        if start >= t_measure:
+            lat.append(last - start)
+    return {"lat": lat, "errors": errors, "error": first_error, "last": last}
+
+
+def _poisson(rate, t0, t_end, seed):
+    import random
+    rng, t, out = random.Random(seed), t0, []
+    while True:
+        t += rng.expovariate(rate)
+        if t >= t_end:
+            return out
+        out.append(t)
+
+
+def _load_threads(call, level, t0, warmup_s, duration_s):
+    """K threads on one shared session; open loop: one FIFO queue of Poisson arrivals."""
+    import itertools
+    import threading
+    k, rate = int(level["concurrency"]), level.get("rate")
+    t_measure, t_end = t0 + warmup_s, t0 + warmup_s + duration_s
+    arrivals = _poisson(float(rate), t0, t_end, level.get("seed", 1)) if rate else None
+    counter = itertools.count()
+    take = counter.__next__          # atomic under the GIL
+    out = [None] * k
+
+    def worker(i):
+        out[i] = _work(call, t_measure, t_end, arrivals, take, duration_s)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(k)]
+    for t in threads:
+        t.start()
+    return threads, out, arrivals, lambda: [t.join() for t in threads]
+
+
+def _load_child(conn, spec, build_dir, level, feeds, index):
+    """A worker process: its own session, its own Poisson stream (rate / K) in open loop."""
+    try:
+        call = _load_call(spec, build_dir, level["threads"], level["spinning"], feeds)
+        call()
+        conn.send("ready")
+        t0, warmup_s, duration_s = conn.recv()
+        t_end = t0 + warmup_s + duration_s
+        arrivals, take = None, None
+        if level.get("rate"):
+            import itertools
+            arrivals = _poisson(float(level["rate"]) / int(level["concurrency"]), t0, t_end,
+                                (level.get("seed", 1) * 1000003 + index))
+            take = itertools.count().__next__
+        res = _work(call, t0 + warmup_s, t_end, arrivals, take, duration_s)
+        res["offered"] = len([a for a in arrivals if a >= t0 + warmup_s]) if arrivals is not None else None
+        conn.send(res)
+    except Exception as exc:  # noqa: BLE001
+        conn.send({"fatal": "%s: %s" % (type(exc).__name__, exc)})
+    conn.close()
+
+
+def _load_processes(spec, build_dir, level, feeds, warmup_s, duration_s):
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    k = int(level["concurrency"])
+    pipes, procs = [], []
+    for i in range(k):
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(target=_load_child, args=(theirs, spec, build_dir, level, feeds, i), daemon=True)
+        p.start()
+        theirs.close()
+        pipes.append(mine)
+        procs.append(p)
+    fatal = None
+    for c in pipes:
+        msg = c.recv() if c.poll(120) else {"fatal": "a worker did not start within 120 s"}
+        if msg != "ready":
+            fatal = fatal or msg.get("fatal")
+    if fatal:
+        for p in procs:
+            p.terminate()
+        raise RuntimeError("load worker failed to start: %s" % fatal)
+    t0 = time.perf_counter() + 0.05
+    for c in pipes:
+        c.send((t0, warmup_s, duration_s))
+    return procs, pipes, t0
+
+
+def _percentiles(lat_s):
+    if not lat_s:
+        return {k: None for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "min_ms", "mean_ms")}
+    x = np.asarray(lat_s, dtype=np.float64) * 1e3
+    p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    return {"p50_ms": float(p50), "p90_ms": float(p90), "p99_ms": float(p99), "max_ms": float(x.max()),
+            "min_ms": float(x.min()), "mean_ms": float(x.mean())}
+
+
+def load_level(spec, build_dir, level, feeds, warmup_s, duration_s):
+    """Run one level; returns its figures (see the module's load section)."""
+    level = dict(level)
+    k, batch = int(level["concurrency"]), int(level["batch"])
+    level["spinning"] = k == 1
+    bfeeds = _load_feeds(feeds, batch)
+    temp0 = temperature_c()
+    if level["sessions"] == "shared":
+        call = _load_call(spec, build_dir, level["threads"], level["spinning"], bfeeds)
+        call()
+        watch = _RssWatch([os.getpid()])
+        t0 = time.perf_counter() + 0.01
+        _, out, arrivals, join = _load_threads(call, level, t0, warmup_s, duration_s)
+    else:
+        procs, pipes, t0 = _load_processes(spec, build_dir, level, bfeeds, warmup_s, duration_s)
+        watch = _RssWatch([os.getpid()] + [p.pid for p in procs])
+        arrivals = None
+    time.sleep(max(0.0, t0 + warmup_s - time.perf_counter()))
+    cpu0 = _cpu_jiffies()
+    time.sleep(max(0.0, t0 + warmup_s + duration_s - time.perf_counter()))
+    cpu1 = _cpu_jiffies()
+    if level["sessions"] == "shared":
+        join()
+    else:
+        out = []
+        for p, c in zip(procs, pipes):
+            got = c.recv() if c.poll(duration_s + 120) else None
+            p.join(10)
+            if not isinstance(got, dict) or "fatal" in got:
+                why = got.get("fatal") if isinstance(got, dict) else "exit code %s" % p.exitcode
+                got = {"lat": [], "errors": 1, "error": "worker died: %s" % why, "last": None}
+            out.append(got)
+    rss = watch.done()
+    temp1 = temperature_c()
+    lat = [x for o in out for x in o["lat"]]
+    lasts = [o["last"] for o in out if o["last"] is not None]
+    t_measure = t0 + warmup_s
+    elapsed = max(duration_s, (max(lasts) - t_measure) if lasts else duration_s)
+    errors = sum(o["errors"] for o in out)
+    offered = None
+    if level.get("rate"):
+        offered = (len([a for a in arrivals if a >= t_measure]) if arrivals is not None
+                   else sum(o.get("offered") or 0 for o in out))
+    stride = max(1, -(-len(lat) // LOAD_MAX_SAMPLES))
+    busy = None
+    if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
+        busy = round(100.0 * (cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 1)
+    level.update(_percentiles(lat))
+    level.update({
+        "completed": len(lat), "errors": errors,
+        "error": next((o["error"] for o in out if o["error"]), None),
+        "unserved": (max(0, offered - len(lat) - errors) if offered is not None else None),
+        "offered": offered, "duration_s": duration_s, "warmup_s": warmup_s, "elapsed_s": round(elapsed, 6),
+        "inferences_per_s": len(lat) / elapsed, "samples_per_s": len(lat) * batch / elapsed,
+        "cpu_util_pct": busy, "peak_rss_mb": rss, "temp_c_before": temp0, "temp_c_after": temp1,
+        "samples_ms": [round(x * 1e3, 6) for x in lat[::stride]], "samples_stride": stride})
+    return level
+
+
+def load(build_dir, spec):
+    """The ``load`` command (see the section comment above for the events)."""
+    emit("start", pid=os.getpid(), runner_version=RUNNER_VERSION, time=time.time(), mode="load")
+    _note_in_lease(spec.get("lease"))
+    if spec.get("deadline_s") and hasattr(__import__("signal"), "alarm"):
+        import signal
+        signal.alarm(max(1, int(spec["deadline_s"] + 0.999)))
+    bad = check_files(build_dir, spec.get("files", {}))
+    if bad:
+        emit("error", kind="digest", files=bad, message="sha256 mismatch for %s" % ", ".join(bad))
+        return EXIT_DIGEST
+    emit("files", checked=sorted(spec.get("files", {})))
+    needed = "numpy" if np is None else _needed_runtime(dict(spec, runner="python"))
+    try:
+        if np is None:
+            raise RuntimeMissing("numpy is not importable by %s" % sys.executable)
+        _import_runtime(needed)
+    except RuntimeMissing as exc:
+        emit("error", kind="runtime-missing", runtime=needed, message=str(exc))
+        return EXIT_RUNTIME_MISSING
+    emit("fingerprint", when="before", fingerprint=fingerprint())
+    feeds = load_reference(build_dir, spec)[0]
+    if needed == "onnxruntime":
+        import onnxruntime as ort
+        emit("runtime", name="onnxruntime", version=ort.__version__)
+    else:
+        emit("runtime", name="paddlelite", version=_dist_version("paddlelite"))
+    warmup_s, duration_s = float(spec.get("warmup_s", 0.2)), float(spec.get("duration_s", 2.0))
+    for i, level in enumerate(spec["levels"]):
+        if level["sessions"] == "shared" and needed != "onnxruntime" and int(level["concurrency"]) > 1:
+            emit("level", index=i, skipped="%s predictors are not thread-safe: own sessions only" % needed,
+                 **level)
+            continue
+        emit("level", index=i, **load_level(spec, build_dir, level, feeds, warmup_s, duration_s))
+    emit("fingerprint", when="after", fingerprint=fingerprint())
+    emit("done", time=time.time())
+    return EXIT_OK
+
+
+def spec_command(name, argv, fn):
+    """``NAME DIR --spec JSON``: parse, run ``fn(DIR, spec)``; a failure is one error event."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="edgeforge_runner.py " + name)
+    ap.add_argument("dir")
+    ap.add_argument("--spec", required=True, help=name + " spec as JSON")
+    args = ap.parse_args(argv)
+    try:
+        spec = json.loads(args.spec)
+    except ValueError as exc:
+        emit("error", kind="usage", message="--spec is not JSON: %s" % exc)
+        return EXIT_USAGE
+    try:
+        return fn(args.dir, spec)
+    except Exception as exc:  # noqa: BLE001 - reported to the host as one event
+        import traceback
+        traceback.print_exc()
+        emit("error", kind="runtime", message="%s: %s" % (type(exc).__name__, str(exc).splitlines()[0]
+                                                          if str(exc) else ""))
+        return EXIT_RUNTIME_FAILED
+
+
+def load_main(argv):
+    return spec_command("load", argv, load)
+
+
 # ---------------------------------------------------------------- command line
 
 def main(argv=None):
@@ -640,24 +969,9 @@ def main(argv=None):
         sys.stdout.write("\n")
         return EXIT_OK
     if argv and argv[0] == "bench":
-        ap = argparse.ArgumentParser(prog="edgeforge_runner.py bench")
-        ap.add_argument("dir")
-        ap.add_argument("--spec", required=True, help="bench spec as JSON")
-        args = ap.parse_args(argv[1:])
-        try:
-            spec = json.loads(args.spec)
-        except ValueError as exc:
-            emit("error", kind="usage", message="--spec is not JSON: %s" % exc)
-            return EXIT_USAGE
-        try:
-            return bench(args.dir, spec)
-        except Exception as exc:  # noqa: BLE001 - reported to the host as one event
-            import traceback
-
-            traceback.print_exc()
-            emit("error", kind="runtime", message="%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
-            return EXIT_RUNTIME_FAILED
-
+        return spec_command("bench", argv[1:], bench)
+    if argv and argv[0] == "load":
+        return load_main(argv[1:])
     ap = argparse.ArgumentParser(description="edgeforge on-device runner")
     ap.add_argument("build_dir")
     ap.add_argument("--drift-only", action="store_true")
