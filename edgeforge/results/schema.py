@@ -20,9 +20,10 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing_extensions import Self
 
 from ..errors import ResultError
 from ..fsutil import dumps_json, write_new_file
@@ -92,12 +93,44 @@ class Transfer(_Open):
     seconds: Any
 
 
-class BenchResult(_Open):
-    """One bench run, as written and as read."""
+class Versioned(_Open):
+    """A versioned result document: ``schema`` must be exactly :attr:`SCHEMA` (another version is
+    refused before anything else is read), unknown extra keys are kept. Subclasses set
+    ``SCHEMA`` and ``KIND`` (how messages name the document)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+    SCHEMA: ClassVar[str]
+    KIND: ClassVar[str] = "result"
 
-    schema_id: Literal["edgeforge.bench/1"] = Field(alias="schema")
+    schema_id: str = Field(alias="schema")
+
+    @classmethod
+    def check(cls, obj: Any, source: str | None = None) -> Self:
+        """Parse ``obj`` (a decoded JSON document); ResultError naming the first problem."""
+        source = source or cls.KIND
+        if not isinstance(obj, dict):
+            raise ResultError(f"{source}: not a {cls.KIND.removesuffix(' result')} result "
+                              "(a JSON object is expected)")
+        schema = obj.get("schema")
+        if schema != cls.SCHEMA:
+            raise ResultError(f"{source}: unknown {cls.KIND} schema {schema!r}",
+                              hint=f"an unknown schema is refused; this edgeforge reads {cls.SCHEMA}")
+        try:
+            return cls.model_validate(obj)
+        except ValidationError as exc:
+            raise ResultError(f"{source}: {_first_problem(exc)}") from None
+
+    def to_json(self) -> dict:
+        """The document to write: every key given (extras included)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class BenchResult(Versioned):
+    """One bench run, as written and as read."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+    KIND: ClassVar[str] = "result"
+
     status: Literal["ok", "incomplete"]
     artifact: ArtifactRef
     device: DeviceRef
@@ -115,24 +148,6 @@ class BenchResult(_Open):
         if self.status == "ok" and len(self.samples_ms) != self.settings.runs:
             raise ValueError(f"{len(self.samples_ms)} samples for {self.settings.runs} runs")
         return self
-
-    @classmethod
-    def check(cls, obj: Any, source: str = "result") -> BenchResult:
-        """Parse ``obj`` (a decoded JSON document); ResultError naming the first problem."""
-        if not isinstance(obj, dict):
-            raise ResultError(f"{source}: not a bench result (a JSON object is expected)")
-        schema = obj.get("schema")
-        if schema != SCHEMA:
-            raise ResultError(f"{source}: unknown result schema {schema!r}",
-                              hint=f"an unknown schema is refused; this edgeforge reads {SCHEMA}")
-        try:
-            return cls.model_validate(obj)
-        except ValidationError as exc:
-            raise ResultError(f"{source}: {_first_problem(exc)}") from None
-
-    def to_json(self) -> dict:
-        """The document to write: every key given (extras included), in the given order."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def _first_problem(exc: ValidationError) -> str:
