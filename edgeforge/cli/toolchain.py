@@ -19,6 +19,8 @@ def register(sub) -> None:
     inst.add_argument("name", choices=["lite"], help="lite: paddlelite 2.13rc0 in a Python 3.10 venv")
     inst.add_argument("--python", metavar="PATH",
                       help="the Python 3.10 to build it from (default: python3.10 on PATH, then pyenv)")
+    inst.add_argument("--if-missing", action="store_true",
+                      help="do nothing when a Lite toolchain is already usable (make runs this)")
     inst.set_defaults(func=cmd_install)
     ls = tsub.add_parser("list", help="the toolchains and their versions")
     ls.add_argument("--json", action="store_true")
@@ -30,10 +32,14 @@ def register(sub) -> None:
 
 
 def cmd_install(args) -> int:
-    from ..toolchain import install_lite
+    from ..toolchain import find_lite, install_lite
 
     if args.name != "lite":   # argparse's choices already say so; kept for library callers
         raise ConfigError(f"unknown toolchain '{args.name}'")
+    have = find_lite()
+    if args.if_missing and have is not None:
+        print(f"lite: Python {have.python_version}, paddlelite {have.paddlelite} already usable ({have.python})")
+        return ExitCode.OK
     man = install_lite(args.python, log=lambda m: print(m, flush=True))
     pk = man["packages"]
     print(f"installed lite: Python {man['python']}, paddlelite {pk['paddlelite']}, numpy {pk['numpy']}, "
