@@ -13,12 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .runner.edgeforge_runner import cpu_flags, int8_cpu_flags
 from .targets import TYPE_RANGE, EpRules
-
-# CPU flags that decide INT8 kernels (x86: VNNI / AVX-512; ARM: dot product, i8mm)
-INT8_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8",
-                  "asimd", "asimddp", "i8mm", "asimdhp", "fphp")
-
 
 @dataclass(frozen=True)
 class Violation:
@@ -33,21 +29,13 @@ class Violation:
 
 def host_cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     """The CPU feature flags of this host (x86 ``flags``, ARM ``Features``), from /proc/cpuinfo."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return frozenset()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            return frozenset(value.split())
-    return frozenset()
+    return cpu_flags(cpuinfo)
 
 
 def int8_flags(flags: frozenset[str]) -> list[str]:
-    """The INT8-relevant subset, in a fixed order (what verify records)."""
-    return [f for f in INT8_CPU_FLAGS if f in flags]
+    """The INT8-relevant subset, in a fixed order (what verify records; the runner's fingerprint
+    records the same)."""
+    return int8_cpu_flags(flags)
 
 
 _ONNX_INT = {2: "uint8", 3: "int8", 6: "int32", 4: "uint16", 5: "int16", 21: "uint4", 22: "int4"}

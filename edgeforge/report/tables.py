@@ -83,13 +83,31 @@ def report_tables(summary: dict) -> list[Table]:
         c = p["compare"]
         int8.notes.append(f"{p['int8']['id']}: {c['line'] if c else p['note']}")
         int8.notes += [f"{p['int8']['id']} warning: {w}" for w in (c or {}).get("warnings", [])]
+    placement = runtime_table(results)
     artifacts = Table("artifacts", "Artifacts", ["sha256", "model/target/backend/precision", "size", "float model size"],
                       [[Cell(a["sha256"]), a["label"], fmt.size(a.get("size_bytes")), fmt.size(a.get("float_size_bytes"))]
                        for a in summary["artifacts"]])
     sources = Table("sources", "Sources", ["run", "file", "result id", "created"],
                     [[e["id"], Cell(e["source"]), e.get("result_id"), e.get("created_at")] for e in results],
                     notes=[f"skipped {s['source']}: {s['reason']}" for s in summary.get("skipped", [])])
-    return [devices, runs, int8, artifacts, sources]
+    return [devices, runs, int8, placement, artifacts, sources]
+
+
+def runtime_table(results: list[dict]) -> Table:
+    """Load time (first: the runtime builds its engine; warm: from its cache) and where the
+    nodes ran (the target's first execution provider; a partial placement is a warning)."""
+    t = Table("runtime", "Load time and placement", ["run", "device", "first load ms", "warm load ms",
+                                                      "nodes on the first provider"],
+              empty="No result records load time or placement (runner older than version 4).")
+    for e in results:
+        load, place = e["runtime"].get("load") or {}, e["runtime"].get("placement")
+        if not load and not place:
+            continue
+        t.rows.append([e["id"], e["device"]["name"], fmt.ms(load.get("first_ms")), fmt.ms(load.get("warm_ms")),
+                       place["summary"].replace(" nodes on ", " on ") if place else "-"])
+        if place and place.get("warning"):
+            t.notes.append(f"{e['id']} warning: {place['warning']}")
+    return t
 
 
 def method_text(summary: dict) -> str:

@@ -10,7 +10,8 @@ Commands (the host runs them over SSH):
     edgeforge_runner.py probe [--benchmark-bin PATH]     JSON: python, numpy, runtimes, fingerprint
     edgeforge_runner.py bench DIR --spec JSON            JSON lines, one per event (see bench())
     edgeforge_runner.py load DIR --spec JSON             JSON lines: a load curve (see load())
-    edgeforge_runner.py BUILD_DIR [--drift-only]         drift of a build directory (legacy)
+    edgeforge_runner.py smoke DIR [--spec JSON]          JSON lines: drift of a release vs its budget
+    edgeforge_runner.py BUILD_DIR                        drift of a build directory (legacy)
 
 ``bench`` prints one line per event, each ``@@edgeforge {json}``, flushed as it happens, so a
 host that loses the connection still holds what was measured before. Exit codes: 0 ok, 2 usage,
@@ -31,23 +32,48 @@ try:
 except ImportError:  # probe still reports the device; bench says numpy is missing
     np = None
 
-RUNNER_VERSION = 3
+RUNNER_VERSION = 4
 EVENT_PREFIX = "@@edgeforge "
 EXIT_OK, EXIT_USAGE, EXIT_DIGEST, EXIT_RUNTIME_MISSING, EXIT_RUNTIME_FAILED = 0, 2, 3, 4, 5
 
 
 # ---------------------------------------------------------------- predictors
 
-def onnx_predictor(model_path, threads=None, providers=None):
+def provider_entries(providers, options=None, cache_dir=None, available=None):
+    """onnxruntime's ``providers`` argument: the requested providers this build has, in order,
+    each with its options. TensorRT keeps its engine (and timing) cache in ``cache_dir``."""
+    wanted = [p for p in (providers or ["CPUExecutionProvider"]) if available is None or p in available]
+    out = []
+    for p in wanted or ["CPUExecutionProvider"]:
+        opts = dict((options or {}).get(p) or {})
+        if p == "TensorrtExecutionProvider" and cache_dir:
+            opts.setdefault("trt_engine_cache_enable", True)
+            opts.setdefault("trt_engine_cache_path", cache_dir)
+            opts.setdefault("trt_timing_cache_enable", True)
+            opts.setdefault("trt_timing_cache_path", cache_dir)
+        out.append((p, opts) if opts else p)
+    return out
+
+
+def onnx_predictor(model_path, threads=None, providers=None, provider_options=None, cache_dir=None,
+                   profile_dir=None):
+    """A run(feeds) callable on an onnxruntime session. ``profile_dir``: a profiling session with
+    graph optimizations off, for ``onnx_placement`` (its nodes are the artifact's own)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1
-    available = ort.get_available_providers()
-    wanted = [p for p in (providers or ["CPUExecutionProvider"]) if p in available] or ["CPUExecutionProvider"]
-    sess = ort.InferenceSession(str(model_path), sess_options=opts, providers=wanted)
+    if profile_dir:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(profile_dir, "edgeforge-placement")
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    entries = provider_entries(providers, provider_options, cache_dir, ort.get_available_providers())
+    if cache_dir and "TensorrtExecutionProvider" in [e[0] if isinstance(e, tuple) else e for e in entries]:
+        if not os.path.isdir(cache_dir):
+            os.makedirs(cache_dir)
+    sess = ort.InferenceSession(str(model_path), sess_options=opts, providers=entries)
     names = [i.name for i in sess.get_inputs()]
 
     def run(feeds):
@@ -55,7 +81,110 @@ def onnx_predictor(model_path, threads=None, providers=None):
 
     run.runtime = {"name": "onnxruntime", "version": ort.__version__, "providers": sess.get_providers()}
     run.input_names = names
+    run.session = sess
     return run
+
+
+# ---------------------------------------------------------------- ONNX graph, placement
+
+def _varint(buf, i):
+    shift = value = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def _fields(buf, start, end):
+    """(field number, (start, end)) of each length-delimited field of one protobuf message."""
+    i = start
+    while i < end:
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(buf, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            yield key >> 3, (i, i + n)
+            i += n
+        else:
+            raise ValueError("unsupported protobuf wire type %d" % wire)
+
+
+def onnx_nodes(model_path):
+    """[(name, op_type)] of the main graph's nodes, read from the protobuf (no onnx package on the
+    device). ModelProto.graph is field 7, GraphProto.node field 1, NodeProto name/op_type 3/4."""
+    with open(model_path, "rb") as fh:
+        buf = fh.read()
+    nodes = []
+    for field, (a, b) in _fields(buf, 0, len(buf)):
+        if field != 7:
+            continue
+        for f2, (c, d) in _fields(buf, a, b):
+            if f2 != 1:
+                continue
+            node = {3: "", 4: ""}
+            for f3, (e, g) in _fields(buf, c, d):
+                if f3 in node:
+                    node[f3] = buf[e:g].decode("utf-8", "replace")
+            nodes.append((node[3], node[4]))
+    return nodes
+
+
+def onnx_placement(model_path, providers, feeds, provider_options=None, cache_dir=None, first=None):
+    """How many of the artifact's nodes each execution provider ran: one profiled run (graph
+    optimizations off, so the nodes are the artifact's own) at the given feeds. A node the
+    profile lists runs on its provider; the nodes it does not list ran inside a compiled
+    subgraph (TensorRT's fused kernels) and count for the provider of those kernels."""
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="edgeforge-prof-")
+    try:
+        run = onnx_predictor(model_path, None, providers, provider_options, cache_dir, profile_dir=tmp)
+        run(feeds)
+        with open(run.session.end_profiling()) as fh:
+            events = json.load(fh)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    nodes = [n for n, op in onnx_nodes(model_path) if op != "Constant"]
+    names = set(nodes)
+    counts, fused = {}, []
+    for ev in events:
+        name = ev.get("name", "")
+        if ev.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        node, provider = name[:-len("_kernel_time")], (ev.get("args") or {}).get("provider", "unknown")
+        if node in names:
+            names.discard(node)
+            counts[provider] = counts.get(provider, 0) + 1
+        elif provider not in fused:
+            fused.append(provider)
+    if names:
+        owner = fused[0] if len(fused) == 1 else ("unplaced" if not fused else "+".join(fused))
+        counts[owner] = counts.get(owner, 0) + len(names)
+    return placement_summary(counts, len(nodes), first or (providers or ["CPUExecutionProvider"])[0],
+                             run.runtime["providers"])
+
+
+def placement_summary(counts, total, first, registered):
+    on_first = counts.get(first, 0)
+    accelerated = sum(v for k, v in counts.items() if k not in ("CPUExecutionProvider", "unplaced"))
+    out = {"nodes": total, "by_provider": counts, "first_provider": first, "on_first_provider": on_first,
+           "accelerated": accelerated, "registered": list(registered),
+           "summary": "%d/%d nodes on %s" % (on_first, total, first),
+           "method": "onnxruntime profiling: one run at batch 1, graph optimizations off"}
+    if on_first < total:
+        others = ", ".join("%d on %s" % (v, k) for k, v in sorted(counts.items()) if k != first)
+        out["warning"] = "partial placement: %s%s" % (out["summary"], "; " + others if others else "")
+    return out
 
 
 def lite_predictor(model_path, threads=None, power_mode=None, input_names=None):
@@ -98,14 +227,54 @@ def _dist_version(dist):
         return "unknown"
 
 
+ENGINE_CACHE = "trt_cache"      # beside the artifact, in <workdir>/<artifact sha256>/
+
+
 def make_predictor(manifest, build_dir, threads=None, power_mode=None):
     art = os.path.join(build_dir, manifest["artifact"]["path"])
     names = [i["name"] for i in manifest["inputs"]]
     if manifest["backend"] == "onnx":
-        return onnx_predictor(art, threads, manifest.get("runtime", {}).get("execution_providers"))
+        rt = manifest.get("runtime", {})
+        return onnx_predictor(art, threads, rt.get("execution_providers"), rt.get("provider_options"),
+                              os.path.join(build_dir, ENGINE_CACHE))
     if manifest["backend"] == "lite":
         return lite_predictor(art, threads, power_mode, names)
     raise ValueError("unknown backend %r" % manifest["backend"])
+
+
+def load_twice(make, one):
+    """Create the predictor and run it once, twice over: the first load builds what the runtime
+    builds (TensorRT's engine, then cached), the second is the warm load. Returns the second
+    predictor and {"first_ms", "warm_ms"} (each: creation plus the first run at ``one``)."""
+    times = []
+    run = None
+    for _ in range(2):
+        run = None                      # the first session is gone before the second loads
+        t0 = time.perf_counter()
+        run = make()
+        run(one)
+        times.append(round((time.perf_counter() - t0) * 1e3, 3))
+    return run, {"first_ms": times[0], "warm_ms": times[1], "what": "predictor creation + first run, batch 1"}
+
+
+def predict_per_batch_size(make, feeds, batch=64):
+    """Outputs over all samples in chunks of ``batch``, with a fresh predictor for each batch size
+    (the last chunk may be smaller). Paddle Lite's ARM INT8 fully-connected kernel prepares its
+    weights on the first run only, so a predictor whose batch size changes gives wrong outputs:
+    never reuse one across batch sizes. Returns (outputs, {batch size: predictors created})."""
+    names = list(feeds)
+    n = len(feeds[names[0]])
+    runs, created, chunks = {}, {}, []
+    for i in range(0, n, batch):
+        chunk = {k: feeds[k][i:i + batch] for k in names}
+        size = len(chunk[names[0]])
+        if size not in runs:
+            runs.clear()                # one predictor alive at a time
+            runs[size] = make()
+            created[size] = created.get(size, 0) + 1
+        chunks.append(runs[size](chunk))
+    outs = [np.concatenate([c[j] for c in chunks]) for j in range(len(chunks[0]))]
+    return outs, dict((str(k), v) for k, v in created.items())
 
 
 def predict_all(run, feeds, batch=None):
@@ -224,6 +393,26 @@ def _cpuinfo_fields():
     return fields
 
 
+# CPU flags that decide INT8 kernels (x86: VNNI / AVX-512; ARM: dot product, i8mm)
+INT8_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8",
+                  "asimd", "asimddp", "i8mm", "asimdhp", "fphp")
+
+
+def cpu_flags(cpuinfo=None):
+    """The CPU feature flags (x86 ``flags``, ARM ``Features``) from /proc/cpuinfo."""
+    text = _read("/proc/cpuinfo") if cpuinfo is None else cpuinfo
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def int8_cpu_flags(flags):
+    """The INT8-relevant subset of ``flags``, in a fixed order."""
+    return [f for f in INT8_CPU_FLAGS if f in flags]
+
+
 def cpu_model():
     info = _cpuinfo_fields()
     for key in ("model name", "cpu model"):
@@ -298,6 +487,7 @@ def fingerprint():
         "cpu_model": "%s (%s on %s)" % (emu[1], emu[0], cpu_model()) if emu else cpu_model(),
         "emulated": emu[0] if emu else None,
         "cores": os.cpu_count(),
+        "cpu_flags": int8_cpu_flags(cpu_flags()),
         "arch": platform.machine(),
         "kernel": platform.release(),
         "os": platform.system(),
@@ -584,11 +774,23 @@ def bench(build_dir, spec):
         runtime = lat.pop("runtime")
         rss = peak_rss_mb(children=True)
     else:
-        run = make_predictor(spec, build_dir, threads, power_mode)
+        def make():
+            return make_predictor(spec, build_dir, threads, power_mode)
+
+        cache = os.path.join(build_dir, ENGINE_CACHE) if needed == "onnxruntime" else None
+        cached = len(os.listdir(cache)) if cache and os.path.isdir(cache) else 0
+        run, load = load_twice(make, one)
         runtime = dict(run.runtime)
         if needed == "paddlelite":
             from paddlelite import lite
             runtime["threads_applied"] = hasattr(lite.MobileConfig, "set_threads")
+        else:
+            trt = "TensorrtExecutionProvider" in runtime["providers"]
+            load.update(engine_cache=cache if trt else None, engine_cache_files_before=cached if trt else None)
+            runtime["provider_options"] = rt.get("provider_options") or {}
+            runtime["placement"] = onnx_placement(model, rt.get("execution_providers"), one,
+                                                  rt.get("provider_options"), cache)
+        runtime["load"] = load
         emit("runtime", **runtime)
         lat = measure(timed(run, one), warmups, runs)
         rss = peak_rss_mb()
@@ -597,20 +799,31 @@ def bench(build_dir, spec):
     emit("latency", **lat)
     emit("fingerprint", when="after", fingerprint=after)
     if spec.get("drift", True):
-        if run is None:
-            try:
-                _import_runtime("paddlelite")
-                run = make_predictor(spec, build_dir, threads, power_mode)
-            except RuntimeMissing as exc:
-                emit("drift", skipped="no Python runtime for the evaluation set: %s" % exc)
-                run = None
-        if run is not None:
-            outs = predict_all(run, feeds)
-            m = drift_metrics(outs, ref, labels)
-            m = {k: _jsonable(v) for k, v in m.items()}
-            emit("drift", samples=int(len(next(iter(feeds.values())))), **m)
+        drift(spec, build_dir, run, (feeds, ref, labels), (threads, power_mode))
     emit("done", time=time.time())
     return EXIT_OK
+
+
+DRIFT_BATCH = 64
+
+
+def drift(spec, build_dir, run, reference, settings):
+    """The evaluation set against the float reference. Paddle Lite: a fresh predictor per batch
+    size (never the latency predictor, which ran at batch 1); onnxruntime: the timed session."""
+    feeds, ref, labels = reference
+    extra = {"batch": DRIFT_BATCH}
+    if spec["backend"] == "lite":
+        try:
+            _import_runtime("paddlelite")
+        except RuntimeMissing as exc:
+            emit("drift", skipped="no Python runtime for the evaluation set: %s" % exc)
+            return
+        outs, extra["predictors"] = predict_per_batch_size(
+            lambda: make_predictor(spec, build_dir, *settings), feeds, DRIFT_BATCH)
+    else:
+        outs = predict_all(run, feeds, DRIFT_BATCH)
+    m = {k: _jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
+    emit("drift", samples=int(len(next(iter(feeds.values())))), **dict(m, **extra))
 
 
 def _note_in_lease(lease):
@@ -954,6 +1167,89 @@ def load_main(argv):
     return spec_command("load", argv, load)
 
 
+# ---------------------------------------------------------------- smoke (deploy)
+
+EXIT_DRIFT = 6
+FLOAT_REL_TOLERANCE = 1e-4      # as the host's verify: a float artifact against Paddle Inference
+
+
+def smoke_budget(manifest):
+    """The drift budget the build was made to: the host's verify rules, the build's own numbers."""
+    if manifest.get("precision", "fp32") == "fp32":
+        return {"max_rel_error": FLOAT_REL_TOLERANCE}
+    ab = manifest.get("accuracy_budget") or {}
+    return {"max_accuracy_drop": float(ab.get("budget_points", 1.0) if ab.get("budget_points") is not None else 1.0),
+            "min_cosine": float(ab.get("min_cosine") or 0.99)}
+
+
+def judge_drift(m, budget):
+    """(passed, reason): the worst output against ``budget``, as verify judges a build."""
+    per = m.get("outputs") or [m]
+    if "max_rel_error" in budget:
+        worst = max((o.get("rel_max_abs_error") or 0.0) for o in per)
+        return worst <= budget["max_rel_error"], "relative error %.2e (budget %.2e)" % (worst, budget["max_rel_error"])
+    if m.get("accuracy_drop") is not None and budget.get("max_accuracy_drop") is not None:
+        drop = m["accuracy_drop"]
+        return drop <= budget["max_accuracy_drop"], "accuracy drop %.2f points (budget %g)" % (
+            drop, budget["max_accuracy_drop"])
+    worst = min(o.get("cosine", 0.0) for o in per)
+    return worst >= budget.get("min_cosine", 0.99), "cosine %.4f (budget >= %g)" % (worst, budget.get("min_cosine", 0.99))
+
+
+def smoke(release_dir, spec):
+    """Load a release with its runtime, run its reference inputs, judge the drift against the
+    build's budget (``spec["budget"]`` overrides it). Events: start, files, runtime, smoke, done.
+    Exit 0 when the drift is within budget, 6 when it is not."""
+    emit("start", pid=os.getpid(), runner_version=RUNNER_VERSION, time=time.time())
+    _note_in_lease(spec.get("lease"))
+    if spec.get("deadline_s") and hasattr(__import__("signal"), "alarm"):
+        __import__("signal").alarm(max(1, int(spec["deadline_s"] + 0.999)))
+    bad = check_files(release_dir, spec.get("files", {}))
+    if bad:
+        emit("error", kind="digest", files=bad, message="sha256 mismatch for %s" % ", ".join(bad))
+        return EXIT_DIGEST
+    emit("files", checked=sorted(spec.get("files", {})))
+    with open(os.path.join(release_dir, "manifest.json")) as fh:
+        manifest = json.load(fh)
+    try:
+        if np is None:
+            raise RuntimeMissing("numpy is not importable by %s" % sys.executable)
+        _import_runtime(_needed_runtime(manifest))
+    except RuntimeMissing as exc:
+        emit("error", kind="runtime-missing", message=str(exc))
+        return EXIT_RUNTIME_MISSING
+    threads = (manifest.get("runtime") or {}).get("threads")
+    feeds, ref, labels = load_reference(release_dir, manifest)
+    made = []
+    outs, _ = predict_per_batch_size(lambda: made.append(make_predictor(manifest, release_dir, threads))
+                                     or made[-1], feeds)
+    emit("runtime", **made[0].runtime)
+    m = {k: _jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
+    budget = spec.get("budget") or smoke_budget(manifest)
+    passed, reason = judge_drift(m, budget)
+    emit("smoke", passed=passed, reason=reason, budget=budget, samples=len(next(iter(feeds.values()))),
+         drift={k: v for k, v in m.items() if k != "outputs"})
+    emit("done", time=time.time())
+    return EXIT_OK if passed else EXIT_DRIFT
+
+
+def smoke_main(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog="edgeforge_runner.py smoke")
+    ap.add_argument("dir")
+    ap.add_argument("--spec", default="{}", help="smoke spec as JSON (files, budget, deadline_s, lease)")
+    args = ap.parse_args(argv)
+    try:
+        spec = json.loads(args.spec)
+        return smoke(args.dir, spec)
+    except Exception as exc:  # noqa: BLE001 - reported to the host as one event
+        import traceback
+        traceback.print_exc()
+        emit("error", kind="runtime", message="%s: %s" % (type(exc).__name__, str(exc).splitlines()[0]
+                                                          if str(exc) else ""))
+        return EXIT_RUNTIME_FAILED
+
+
 # ---------------------------------------------------------------- command line
 
 def main(argv=None):
@@ -970,18 +1266,19 @@ def main(argv=None):
         return EXIT_OK
     if argv and argv[0] == "bench":
         return spec_command("bench", argv[1:], bench)
+    if argv and argv[0] == "smoke":
+        return smoke_main(argv[1:])
     if argv and argv[0] == "load":
         return load_main(argv[1:])
     ap = argparse.ArgumentParser(description="edgeforge on-device runner")
     ap.add_argument("build_dir")
-    ap.add_argument("--drift-only", action="store_true")
     args = ap.parse_args(argv)
     with open(os.path.join(args.build_dir, "manifest.json")) as fh:
         manifest = json.load(fh)
-    run = make_predictor(manifest, args.build_dir, manifest.get("runtime", {}).get("threads"))
+    threads = manifest.get("runtime", {}).get("threads")
     feeds, ref, labels = load_reference(args.build_dir, manifest)
-    outs = predict_all(run, feeds)
-    json.dump({"runtime": run.runtime, "drift": drift_metrics(outs, ref, labels)}, sys.stdout)
+    outs, predictors = predict_per_batch_size(lambda: make_predictor(manifest, args.build_dir, threads), feeds)
+    json.dump({"drift": drift_metrics(outs, ref, labels), "predictors": predictors}, sys.stdout)
     return 0
 
 

@@ -1,0 +1,55 @@
+"""The runner never reuses a Paddle Lite predictor across batch sizes (Paddle Lite's ARM INT8 fc
+kernel prepares its weights on the first run only: a predictor run at batch 1, then 64, gives
+wrong outputs). Driven with the real Paddle Lite x86 runtime on a float digits .nb."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgeforge import api
+from edgeforge.runner import edgeforge_runner as runner
+
+
+@pytest.fixture(scope="module")
+def lite_build(digits_project, tmp_path_factory):
+    return api.build(digits_project, "linux-x86", backend="lite", out=tmp_path_factory.mktemp("lite") / "x86-lite")
+
+
+def _spec(m):
+    return {"files": {}, "artifact": m["artifact"], "backend": m["backend"], "inputs": m["inputs"],
+            "reference": m["reference"], "runtime": dict(m["runtime"]), "warmups": 2, "runs": 5,
+            "runner": "python"}
+
+
+def test_bench_evaluates_drift_with_one_lite_predictor_per_batch_size(lite_build, monkeypatch, capsys):
+    made = []                                    # one list of batch sizes per predictor created
+    real = runner.lite_predictor
+
+    def counting(*args, **kwargs):
+        run = real(*args, **kwargs)
+        sizes = []
+        made.append(sizes)
+
+        def wrapped(feeds):
+            sizes.append(len(next(iter(feeds.values()))))
+            return run(feeds)
+        wrapped.runtime, wrapped.input_names = run.runtime, run.input_names
+        return wrapped
+
+    monkeypatch.setattr(runner, "lite_predictor", counting)
+    m = lite_build.manifest
+    assert runner.bench(str(lite_build.out_dir), _spec(m)) == runner.EXIT_OK
+    events = [json.loads(line[len(runner.EVENT_PREFIX):]) for line in capsys.readouterr().out.splitlines()
+              if line.startswith(runner.EVENT_PREFIX)]
+    drift = next(e for e in events if e["event"] == "drift")
+    rt = next(e for e in events if e["event"] == "runtime")
+    # 540 samples: 8 chunks of 64 and one of 28, each size on a predictor of its own
+    assert drift["predictors"] == {"64": 1, "28": 1} and drift["batch"] == 64
+    assert all(len(set(sizes)) == 1 for sizes in made if sizes), made
+    # first load, warm load (kept for the timed runs), then one predictor per drift batch size
+    assert [sizes[0] for sizes in made] == [1, 1, 64, 28]
+    assert rt["load"]["first_ms"] > 0 and rt["load"]["warm_ms"] > 0 and "placement" not in rt
+    # the float .nb gives the host's verify figures
+    assert drift["accuracy"] == pytest.approx(m["verify"]["accuracy"])
+    assert drift["cosine"] > 0.9999
