@@ -177,6 +177,7 @@ def _manifest(project: Project, profile: TargetProfile, backend: str, precision:
     runtime = {"threads": profile.runtime.threads, "power_mode": profile.runtime.power_mode}
     if backend == "onnx":
         runtime["execution_providers"] = list(bcfg.execution_providers)
+        runtime["provider_options"] = bcfg.provider_options(precision)   # the runner applies them
     else:
         runtime["valid_targets"] = list(bcfg.valid_targets)
     return {

@@ -169,7 +169,7 @@ def add_device_flags(p) -> None:
 
 # ---------------------------------------------------------------- gates
 
-_GATE_FLAGS = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup")
+_GATE_FLAGS = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes")
 _NEEDS_GATE = "--junit needs a gate: --max-accuracy-drop, --max-p50-ms or --min-int8-speedup"
 
 
@@ -182,6 +182,9 @@ def add_gate_arguments(parser) -> None:
     grp.add_argument("--min-int8-speedup", type=float, metavar="X",
                      help="fail an int8 run less than X times faster (p50) than fp32 of the "
                           "same model on the same device")
+    grp.add_argument("--min-accelerated-nodes", type=float, metavar="SHARE",
+                     help="fail an onnxruntime run with less than SHARE (0-1) of its nodes on an "
+                          "accelerating execution provider (TensorRT, CUDA)")
     grp.add_argument("--junit", metavar="FILE", help="also write the gate results as JUnit XML")
     grp.add_argument("--force", action="store_true",
                      help="apply --max-p50-ms/--min-int8-speedup to emulated results anyway")

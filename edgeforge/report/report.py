@@ -95,7 +95,8 @@ def _entry(index: int, path: Path, r: dict) -> dict:
         "device": {"name": r["device"]["name"], "fingerprint_id": fingerprint_id(r),
                    "emulated": fp.get("emulated")},      # e.g. qemu-user: timings are not figures
         "conditions": {k: fp.get(k) for k in ("temp_c_before", "temp_c_after", "load_avg")},
-        "runtime": {"name": r["runtime"]["name"], "version": r["runtime"]["version"]},
+        "runtime": {"name": r["runtime"]["name"], "version": r["runtime"]["version"],
+                    "placement": r["runtime"].get("placement"), "load": r["runtime"].get("load")},
         "settings": r.get("settings") or {},
         "n_samples": len(r["samples_ms"]),
         "summary": s,
