@@ -28,7 +28,7 @@ os.environ["FLAGS_enable_pir_api"] = "0"      # legacy ProgramDesc (TOOLCHAIN.md
 os.environ.setdefault("GLOG_minloglevel", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)

@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["FLAGS_enable_pir_api"] = "0"
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from common import agreement, onnx_outputs, p50_ms, vision_project  # noqa: E402
+from common import agreement, onnx_outputs, p50_ms, vision_project
 
 REPO = Path(__file__).resolve().parents[1]
 

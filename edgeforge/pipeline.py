@@ -76,7 +76,7 @@ class Pipeline:
                     meta = p.run(current, out_dir, ctx) or {}
                 except EdgeforgeError:
                     raise
-                except Exception as exc:  # noqa: BLE001 - a bug or a library error inside a pass
+                except Exception as exc:  # a bug or a library error inside a pass: re-raised as PassError
                     first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
                     raise PassError(p.name, f"{type(exc).__name__}: {first[:300]}",
                                     hint="re-run with --debug for the traceback") from exc

@@ -5,7 +5,6 @@ Profiles are data, in ``targets/*.toml``. Unknown keys and unknown names are err
 from __future__ import annotations
 
 import os
-import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
@@ -176,8 +175,8 @@ def targets_dir() -> Path:
     if env:
         return Path(env)
     here = Path(__file__).resolve().parent
-    # a checkout, then a wheel install (pyproject data-files: <prefix>/share/edgeforge/targets)
-    for cand in (here / "targets", here.parent / "targets", Path(sys.prefix) / "share" / "edgeforge" / "targets"):
+    # a wheel install (setup.py copies targets/ into the package), then a checkout's targets/
+    for cand in (here / "targets_data", here.parent / "targets"):
         if cand.is_dir():
             return cand
     raise ConfigError("no targets/ directory found; set EDGEFORGE_TARGETS to one")

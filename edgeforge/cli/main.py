@@ -15,10 +15,10 @@ import sys
 import traceback
 
 from ..errors import EdgeforgeError, ExitCode
-from . import build, device, devices, report, toolchain
+from . import build, deploy, device, devices, report, toolchain
 from ._common import Parser
 
-VERBS = (build, device, devices, report, toolchain)
+VERBS = (build, deploy, device, devices, report, toolchain)
 
 
 def build_parser() -> Parser:

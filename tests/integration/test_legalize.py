@@ -18,14 +18,14 @@ import pytest
 
 os.environ["FLAGS_enable_pir_api"] = "0"
 
-import paddle  # noqa: E402
-import paddle.nn.functional as F  # noqa: E402
-from paddle import nn  # noqa: E402
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
 
-from edgeforge.errors import ConfigError  # noqa: E402
-from edgeforge.toolchain import find_lite  # noqa: E402
-from edgeforge.paddle_env import legacy_static  # noqa: E402
-from edgeforge.passes import legalize as L  # noqa: E402
+from edgeforge.errors import ConfigError
+from edgeforge.toolchain import find_lite
+from edgeforge.paddle_env import legacy_static
+from edgeforge.passes import legalize as L
 
 _OPT = r"""
 import sys

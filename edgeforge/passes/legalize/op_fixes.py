@@ -9,7 +9,7 @@ def _flatten_no_xshape(op) -> bool:
     return op.type == "flatten_contiguous_range" and not _has_output(op, "XShape")
 
 
-def _fix_flatten_xshape(block, index, op) -> int:  # noqa: ARG001
+def _fix_flatten_xshape(block, index, op) -> int:
     _add_xshape(block, op)
     return 1
 
@@ -73,7 +73,7 @@ def _instance_norm_no_stats(op) -> bool:
         _has_output(op, "SavedMean") and _has_output(op, "SavedVariance"))
 
 
-def _fix_instance_norm_stats(block, index, op) -> int:  # noqa: ARG001
+def _fix_instance_norm_stats(block, index, op) -> int:
     """Restore SavedMean/SavedVariance (shape [N*C]); Lite attaches them as required outputs."""
     x = block._var_recursive(op.desc.input("X")[0])
     n, c = (list(x.shape) + [-1, -1])[:2]
@@ -153,7 +153,7 @@ def _scalar_fill_promotable(op) -> bool:
     return True
 
 
-def _fix_scalar_fill(block, index, op) -> int:  # noqa: ARG001
+def _fix_scalar_fill(block, index, op) -> int:
     op.desc._set_int64s_attr("shape", [1])
     block._var_recursive(op.desc.output("Out")[0]).desc.set_shape([1])
     return 1

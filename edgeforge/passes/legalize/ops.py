@@ -49,7 +49,7 @@ def _add_xshape(block, op) -> None:
 
 def _strip_extras(op) -> None:
     """Drop the attributes Paddle adds to a fresh op that ``jit.save`` would have clipped."""
-    from paddle.base import core  # noqa: PLC0415
+    from paddle.base import core
 
     for name in list(core.get_op_extra_attrs(op.type).keys()) + list(_NOISE_ATTRS):
         if _has_attr(op, name):

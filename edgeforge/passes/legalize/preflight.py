@@ -91,8 +91,8 @@ print("\n".join(get_all_supported_operators()))
 
 def _run_child(code: str, *args: str, python: str | None = None) -> str | None:
     """Run a snippet in a fresh interpreter: the converters kill their own process on errors."""
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    import subprocess
+    import sys
 
     try:
         res = subprocess.run([python or sys.executable, "-c", code, *args], capture_output=True, text=True,
@@ -107,7 +107,7 @@ def supported_ops(backend: str, valid_targets: tuple[str, ...] = ()) -> frozense
     """Op types the frozen converter accepts for ``backend``/``valid_targets``; None when the
     converter is not installed or cannot say."""
     if backend == "lite":
-        from ...toolchain import find_lite  # noqa: PLC0415 - Paddle Lite runs in its own interpreter
+        from ...toolchain import find_lite  # Paddle Lite runs in its own interpreter
 
         tc = find_lite()
         out = _run_child(_LITE_SUPPORTED_SNIPPET, ",".join(valid_targets), python=tc.python if tc else None)

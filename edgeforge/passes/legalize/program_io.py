@@ -26,7 +26,7 @@ def _parse_program(model_file: Path):
     """The ProgramDesc only (no weights): enough to list ops and to plan rewrites."""
     data = Path(model_file).read_bytes()
     with legacy_static():
-        from paddle.base.framework import Program  # noqa: PLC0415
+        from paddle.base.framework import Program
 
         return Program.parse_from_string(data)
 

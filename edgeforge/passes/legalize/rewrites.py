@@ -53,7 +53,7 @@ class Rewrite:
     def applies(self, program) -> bool:
         return any(self.match(op) for block in program.blocks for op in block.ops)
 
-    def apply(self, program, scope) -> int:  # noqa: ARG002 - scope: for rewrites that touch weights
+    def apply(self, program, scope) -> int:  # scope: for rewrites that touch weights
         changed = 0
         with legacy_static():  # building an Operator needs static mode
             for block in program.blocks:
@@ -75,7 +75,7 @@ def _missing_attrs_rewrite(name: str, op_type: str, defaults: dict[str, float], 
     def match(op) -> bool:
         return op.type == op_type and any(not _has_attr(op, a) for a in defaults)
 
-    def fix(block, index, op) -> int:  # noqa: ARG001
+    def fix(block, index, op) -> int:
         for attr, value in defaults.items():
             if not _has_attr(op, attr):
                 _set_float_attr(op, attr, value)

@@ -31,7 +31,7 @@ def _read_activation(scope, var_name: str, utils) -> np.ndarray:
         try:
             view = np.from_dlpack(_Capsule(var.get_tensor()._to_dlpack()))
             return view.reshape(1) if view.shape == () else view
-        except Exception:                         # dtype numpy lacks, non-CPU place, ...
+        except Exception:  # noqa: BLE001 - dtype numpy lacks, non-CPU place...: Paddle's copy
             pass
     return utils.load_variable_data(scope, var_name)
 
@@ -107,7 +107,7 @@ def _keep_activations(self, data, budget: int, utils):
         try:
             tensor = var.get_tensor()
             view = np.from_dlpack(_Capsule(tensor._to_dlpack()))
-        except Exception:                          # empty, non-CPU, dtype numpy lacks, ...
+        except Exception:  # noqa: BLE001 - empty, non-CPU, dtype numpy lacks...: rerun
             return None
         view = view.reshape(1) if view.shape == () else view
         view.flags.writeable = False

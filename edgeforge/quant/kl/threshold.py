@@ -28,7 +28,7 @@ def _reference() -> Callable:
     orig = _originals.get(_PATCH_SITES[0])
     if orig is not None:
         return orig
-    from paddle.static.quantization import cal_kl_threshold as mod  # noqa: PLC0415
+    from paddle.static.quantization import cal_kl_threshold as mod
 
     fn = mod.cal_kl_threshold
     if fn is cal_kl_threshold_fast:            # patched by someone else: dig out the original

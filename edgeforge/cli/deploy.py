@@ -1,0 +1,218 @@
+"""The release verbs: ``deploy``, ``rollback``, ``releases``.
+
+    edgeforge deploy BUILD_DIR (--device D | --devices TAG|all) [--as NAME] [--keep N]
+                     [--canary K] [--reason TEXT] [bench flags] [gate flags]
+    edgeforge rollback NAME (--device D | --devices TAG) [--to ID] [--reason TEXT]
+    edgeforge releases NAME --device D [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import ConfigError, ExitCode
+from ._common import (
+    _GATE_FLAGS,
+    EXIT_CODES_HELP,
+    add_bench_flags,
+    add_device_flags,
+    bench_options,
+    check_gate_flags,
+    console,
+    escape,
+    fleet_progress,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    say_error,
+    wrap,
+)
+
+LAYOUT_HELP = """on the device, per release name:
+  <workdir>/deploy/<NAME>/current -> releases/<id>   (the live one)
+  <workdir>/deploy/<NAME>/releases/<id>/             artifact, manifest.json,
+      reference/, edgeforge_runner.py, release.json
+  <workdir>/deploy/<NAME>/history.jsonl              one line per switch
+"""
+
+EXIT_HELP = """exit codes: 0 ok; 1 a smoke test or canary gate failed (not switched in, or
+switched back); 2 usage or configuration; 4 a device failed (unreachable, lost,
+busy, health check failed and switched back); 70 an internal error.
+With several devices the others go on; 4 wins over 1.
+"""
+
+
+def _selection(p, required_one: bool = True) -> None:
+    p.add_argument("--device", metavar="NAME", help="one device by name")
+    p.add_argument("--devices", metavar="SEL", help="devices by tag or name (comma-separated), or 'all'")
+
+
+def register(sub) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    d = sub.add_parser(
+        "deploy", help="install a build on devices as a release and switch to it atomically",
+        description=wrap("Uploads BUILD_DIR by digest as a new release of NAME, smoke-tests it on the device "
+                         "(the reference inputs, drift within the build's budget), switches <NAME>/current "
+                         "to it with one rename, health-checks it through current (switching back on "
+                         "failure), and prunes old releases. --canary K: the first K devices first, benched "
+                         "with the gate flags; the rest follow only when they pass."),
+        epilog=LAYOUT_HELP + "\n" + EXIT_HELP, formatter_class=fmt)
+    d.add_argument("build_dir", metavar="BUILD_DIR")
+    _selection(d)
+    d.add_argument("--as", dest="name", metavar="NAME", help="release name (default: the build's model name)")
+    d.add_argument("--keep", type=positive_int, default=5, metavar="N",
+                   help="releases kept per device (default 5; current and the one before always stay)")
+    d.add_argument("--canary", type=nonneg_int, default=0, metavar="K",
+                   help="deploy to K devices first and bench them with the gate flags")
+    d.add_argument("--reason", metavar="TEXT", help="recorded in history.jsonl")
+    d.add_argument("--jobs", type=positive_int, metavar="N", help="devices deployed at once")
+    add_bench_flags(d, device=False)
+    d.set_defaults(func=cmd_deploy)
+
+    r = sub.add_parser("rollback", help="switch a release name back to the release before, or to --to ID",
+                       epilog=LAYOUT_HELP + "\n" + EXIT_HELP, formatter_class=fmt)
+    r.add_argument("name", metavar="NAME")
+    _selection(r)
+    r.add_argument("--to", metavar="ID", help="the release to switch to (default: the one before current)")
+    r.add_argument("--reason", metavar="TEXT", help="recorded in history.jsonl")
+    _link_flags(r)
+    r.set_defaults(func=cmd_rollback)
+
+    s = sub.add_parser("releases", help="list the releases of NAME on a device, with its history",
+                       epilog=LAYOUT_HELP + "\n" + EXIT_CODES_HELP, formatter_class=fmt)
+    s.add_argument("name", metavar="NAME")
+    s.add_argument("--device", required=True, metavar="NAME")
+    s.add_argument("--history", type=positive_int, default=20, metavar="N", help="history lines shown (default 20)")
+    _link_flags(s, wait=False)
+    s.set_defaults(func=cmd_releases)
+
+
+def _link_flags(p, wait: bool = True) -> None:
+    p.add_argument("--timeout", type=positive_float, metavar="S", help="seconds for the health check (default: the target's)")
+    p.add_argument("--connect-timeout", type=positive_float, metavar="S", help="seconds to connect (default: the target's)")
+    if wait:
+        p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S", help="wait up to S for the lease")
+    p.add_argument("--retries", type=nonneg_int, default=2, metavar="N", help="connect retries (default 2)")
+    add_device_flags(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", "-q", action="store_true")
+
+
+def _selector(args) -> str:
+    if args.device and args.devices:
+        raise ConfigError("give --device NAME or --devices TAG|NAME|all, not both")
+    if not (args.device or args.devices):
+        raise ConfigError(f"{args.command} needs --device NAME or --devices TAG|NAME|all")
+    return args.device or args.devices
+
+
+def _link_options(args):
+    from ..options import BenchOptions
+
+    return BenchOptions.of(timeout=args.timeout, connect_timeout=args.connect_timeout, wait=getattr(args, "wait", 0.0),
+                           retries=args.retries, trust_new_host=args.trust_new_host, inventory=args.inventory)
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_deploy(args) -> int:
+    from ..device.deploy import deploy
+
+    check_gate_flags(args)
+    selector = _selector(args)
+    gates = {k: getattr(args, k, None) for k in _GATE_FLAGS if getattr(args, k, None) is not None}
+    if gates and args.force:
+        gates["force"] = True
+    with fleet_progress(args.quiet) as on_step:
+        record = deploy(args.build_dir, selector, bench_options(args), name=args.name, keep=args.keep,
+                        canary=args.canary, gates=gates, reason=args.reason, jobs=args.jobs,
+                        on_step=on_step)
+    return _finish(args, record)
+
+
+def cmd_rollback(args) -> int:
+    from ..device.deploy import rollback
+
+    selector = _selector(args)
+    with fleet_progress(args.quiet) as on_step:
+        record = rollback(args.name, selector, _link_options(args), to=args.to, reason=args.reason, on_step=on_step)
+    return _finish(args, record)
+
+
+def _finish(args, record) -> int:
+    if args.json:
+        print(json.dumps(record.to_json(), indent=2))
+    else:
+        print_record(record)
+    failed = [e for e in record.devices if e.exit_code]
+    if len(record.devices) == 1 and failed:
+        e = failed[0]
+        say_error(f"device {e.device}: {e.error}" + (f"; {e.hint}" if e.hint else ""))
+    elif failed:
+        say_error(f"{len(failed)} of {len(record.devices)} devices: "
+                  + "; ".join(f"{e.device} {e.status}" for e in failed))
+    return int(record.exit_code)
+
+
+def cmd_releases(args) -> int:
+    from ..device.deploy import list_releases
+
+    dev, st = list_releases(args.name, args.device, _link_options(args))
+    if args.json:
+        print(json.dumps({"schema": "edgeforge.releases/1", "device": dev.name, "name": args.name,
+                          **st.to_dict()}, indent=2))
+    else:
+        print_releases(dev.name, args.name, st, args.history)
+    if st.broken:
+        say_error(f"device {dev.name}: {st.broken}")
+        return ExitCode.DEVICE
+    return ExitCode.OK
+
+
+# ---------------------------------------------------------------- rendering
+
+STYLE = {"deployed": "green", "rolled back": "green", "unchanged": "green", "reverted": "yellow",
+         "not deployed": "yellow", "skipped": "yellow"}
+
+
+def print_record(record) -> None:
+    from rich.table import Table
+
+    t = Table(title=escape(f"{record.action} {record.name} ({record.id})"), title_justify="left")
+    for col in ("device", "role", "status", "current", "note / cause"):
+        t.add_column(col, overflow="fold")
+    for e in record.devices:
+        note = e.error or "; ".join(e.notes) or (f"from {e.from_ or 'none'}" if e.to else "")
+        if e.error and e.notes:
+            note = f"{note}; {'; '.join(e.notes)}"
+        t.add_row(escape(e.device), e.role, f"[{STYLE.get(e.status, 'red')}]{escape(e.status)}[/]",
+                  escape(e.current or "-"), escape(note))
+    con = console()
+    con.print(t)
+    for n in record.notes:
+        con.print(f"note: {n}", markup=False)
+
+
+def print_releases(device: str, name: str, st, shown: int) -> None:
+    from rich.table import Table
+
+    con = console()
+    t = Table(title=escape(f"releases of {name} on {device}"), title_justify="left")
+    for col in ("", "release", "sha256", "state"):
+        t.add_column(col, overflow="fold")
+    for r in reversed(st.releases):
+        mark = "*" if r["id"] == st.current else ""
+        state = ("current" if mark else "previous" if r["id"] == st.previous else "") if r["sealed"] else "incomplete"
+        t.add_row(mark, escape(r["id"]), escape((r.get("digest") or "-")[:12]), state)
+    con.print(t)
+    if st.current is None:
+        con.print("current: none", markup=False)
+    h = Table(title="history", title_justify="left")
+    for col in ("time", "who", "from", "to", "reason"):
+        h.add_column(col, overflow="fold")
+    for line in st.history[-shown:]:
+        h.add_row(escape(line.get("time", "?")), escape(f"{line.get('user')}@{line.get('host')}"),
+                  escape(line.get("from") or "-"), escape(line.get("to") or "-"),
+                  escape(f"{line.get('action', '')}: {line.get('reason', '')}"))
+    con.print(h)

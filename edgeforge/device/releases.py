@@ -1,0 +1,356 @@
+"""Releases of one model on one device: the on-device layout, and the script that changes it.
+
+.. code-block:: text
+
+    <workdir>/deploy/<NAME>/
+        current -> releases/<id>        the live release (a relative symlink)
+        releases/<id>/                  artifact, manifest.json, reference/, edgeforge_runner.py,
+                                        release.json (written once its sha256 checked out)
+        history.jsonl                   one JSON line per switch: time, user, host, from, to, reason
+        .lock                           flock'ed by every change below
+
+A release id is ``<UTC time>-<artifact sha256[:12]>`` (``20261201T151300Z-a4a9de2b3b0e``), so
+ids sort in deploy order. Every change runs :data:`REMOTE_RELEASES` (standard library only) on
+the device under ``flock`` on ``.lock``:
+
+- ``state``: the releases (sealed or incomplete), where ``current`` points (and whether that
+  release exists), the release before it, the history;
+- ``link``: files of a new release that another release (or a bench directory) on the device
+  already holds, by sha256, are linked or copied instead of uploaded;
+- ``seal``: check every file's sha256 and write ``release.json``: only a sealed release may
+  become current;
+- ``switch``: check the release's files against ``release.json`` again, make a new symlink
+  beside ``current`` and rename it over ``current`` (``os.replace``, i.e. rename(2)), fsync the
+  directory, append the history line. ``expect`` makes it a compare-and-swap;
+- ``prune``: remove all but the newest N sealed releases, never ``current`` nor the release
+  before it, and remove incomplete ones (nobody else writes while the lease is held);
+- ``remove``: drop one release that is not current (a failed smoke test).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import json
+import re
+import socket
+from dataclasses import dataclass, field
+
+from ..errors import (
+    ConfigError,
+    ConnectionLost,
+    DeviceError,
+    DigestMismatch,
+    Misconfigured,
+    RunnerCrashed,
+    RunnerTimeout,
+)
+from .transport import SSHTransport
+
+RELEASES_PREFIX = "@@edgeforge-releases "
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{12}(-\d+)?$")
+SCRIPT_TIMEOUT_S = 120.0
+HISTORY_SHOWN = 50
+
+# Runs on the device: standard library only.
+REMOTE_RELEASES = r'''
+import fcntl, hashlib, json, os, shutil, sys, time
+req = json.loads(sys.argv[1])
+wd = os.path.abspath(os.path.expanduser(req["workdir"]))
+top = os.path.join(wd, "deploy", req["name"])
+rel_dir = os.path.join(top, "releases")
+cur = os.path.join(top, "current")
+out = {"dir": top}
+def say(status, **kw):
+    out.update(kw, status=status)
+    print("@@edgeforge-releases " + json.dumps(out))
+    sys.exit(0)
+def sha(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+def bad_files(d, files):
+    bad = []
+    for rel, digest in sorted(files.items()):
+        try:
+            if sha(os.path.join(d, rel)) != digest:
+                bad.append(rel)
+        except OSError:
+            bad.append(rel)
+    return bad
+def meta(i):
+    try:
+        with open(os.path.join(rel_dir, i, "release.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+def ids():
+    try:
+        return sorted(e for e in os.listdir(rel_dir) if not e.startswith(".")
+                      and os.path.isdir(os.path.join(rel_dir, e)))
+    except OSError:
+        return []
+def current():
+    if not os.path.lexists(cur):
+        return None, True
+    if not os.path.islink(cur):
+        say("error", kind="layout", message="%s is not a symlink" % cur)
+    i = os.path.basename(os.readlink(cur).rstrip("/"))
+    return i, os.path.isfile(os.path.join(rel_dir, i, "release.json"))
+def previous(c):
+    older = [i for i in ids() if meta(i) is not None and c is not None and i < c]
+    return older[-1] if older else None
+def history(n):
+    try:
+        with open(os.path.join(top, "history.jsonl")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    got = []
+    for ln in lines[-n:]:
+        try:
+            got.append(json.loads(ln))
+        except ValueError:
+            got.append({"unreadable": ln[:200]})
+    return got
+def fsync_dir(d):
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+try:
+    os.makedirs(rel_dir, exist_ok=True)
+    lock = os.open(os.path.join(top, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+except OSError as e:
+    say("error", kind="layout", message="%s: %s" % (e.strerror, e.filename))
+op = req["op"]
+c, c_ok = current()
+if op == "state":
+    rels = []
+    for i in ids():
+        m = meta(i)
+        rels.append({"id": i, "sealed": m is not None, "digest": (m or {}).get("digest"),
+                     "sealed_at": (m or {}).get("sealed_at"), "files": (m or {}).get("files")})
+    say("ok", releases=rels, current=c, current_exists=c_ok if c else None, previous=previous(c),
+        history=history(req.get("history", 50)))
+if op == "link":
+    d = os.path.join(rel_dir, req["id"])
+    sources = [os.path.join(rel_dir, i) for i in ids() if i != req["id"]]
+    sources += [os.path.join(wd, s) for s in req.get("also", [])]
+    linked = []
+    for rel, digest in sorted(req["files"].items()):
+        dst = os.path.join(d, rel)
+        try:
+            if sha(dst) == digest:
+                continue
+        except OSError:
+            pass
+        for s in sources:
+            src = os.path.join(s, rel)
+            try:
+                if not os.path.isfile(src) or sha(src) != digest:
+                    continue
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                tmp = dst + ".link-tmp"
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
+                try:
+                    os.link(src, tmp)
+                except OSError:
+                    shutil.copyfile(src, tmp)
+                os.replace(tmp, dst)
+                linked.append(rel)
+                break
+            except OSError:
+                continue
+    say("ok", linked=linked)
+if op == "seal":
+    d = os.path.join(rel_dir, req["id"])
+    bad = bad_files(d, req["files"])
+    if bad:
+        say("error", kind="digest", files=bad, message="sha256 mismatch for %s" % ", ".join(bad))
+    m = dict(req["meta"], id=req["id"], files=req["files"], sealed_at=time.time())
+    tmp = os.path.join(d, ".release.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(m, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(d, "release.json"))
+    say("ok")
+if op == "switch":
+    to = req["to"]
+    if req.get("expect", "*") != "*" and req["expect"] != c:
+        say("error", kind="moved", current=c, message="current is %s, expected %s" % (c, req["expect"]))
+    if to is not None:
+        m = meta(to)
+        if m is None:
+            say("error", kind="unsealed", message="release %s is %s" % (to, "incomplete (its sha256 never "
+                "checked out)" if os.path.isdir(os.path.join(rel_dir, to)) else "not on the device"))
+        bad = bad_files(os.path.join(rel_dir, to), m.get("files") or {})
+        if bad:
+            say("error", kind="digest", files=bad, message="sha256 mismatch in %s for %s" % (to, ", ".join(bad)))
+        tmp = os.path.join(top, ".current.new-%d" % os.getpid())
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(os.path.join("releases", to), tmp)
+        os.replace(tmp, cur)
+    elif os.path.lexists(cur):
+        os.unlink(cur)
+    fsync_dir(top)
+    line = dict(req["record"], time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), to=to,
+                **{"from": c, "from_missing": bool(c and not c_ok)})
+    fd = os.open(os.path.join(top, "history.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    say("ok", **{"from": c, "to": to, "record": line})
+if op == "prune":
+    sealed = [i for i in ids() if meta(i) is not None]
+    keep = set(sealed[-max(1, req["keep"]):]) | {c, previous(c)} | set(req.get("protect", []))
+    removed = [i for i in ids() if i not in keep]
+    for i in removed:
+        shutil.rmtree(os.path.join(rel_dir, i), ignore_errors=True)
+    say("ok", removed=removed)
+if op == "remove":
+    if req["id"] == c:
+        say("error", kind="current", message="release %s is current" % c)
+    shutil.rmtree(os.path.join(rel_dir, req["id"]), ignore_errors=True)
+    say("ok")
+say("error", kind="usage", message="unknown op %r" % op)
+'''
+
+
+def check_name(name: str) -> str:
+    """A release name: letters, digits, ``_ . -``, not starting with ``.`` or ``-`` (so never
+    ``..``, a ``/`` or a shell character). Exit 2 otherwise."""
+    if not isinstance(name, str) or not NAME_RE.match(name) or ".." in name:
+        raise ConfigError(f"release name {name!r} is not allowed: use letters, digits, '_', '.' and '-' "
+                          "(64 at most, starting with a letter or digit, no '..')",
+                          hint="pass --as NAME")
+    return name
+
+
+def check_id(release_id: str) -> str:
+    if not ID_RE.match(release_id or ""):
+        raise ConfigError(f"release id {release_id!r} is not an id edgeforge makes (YYYYmmddTHHMMSSZ-<sha12>)",
+                          hint="`edgeforge releases NAME --device D` lists them")
+    return release_id
+
+
+def new_release_id(digest: str, taken=()) -> str:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    rid, n = f"{stamp}-{digest[:12]}", 1
+    while rid in set(taken):
+        n += 1
+        rid = f"{stamp}-{digest[:12]}-{n}"
+    return rid
+
+
+def operator() -> dict:
+    """Who is switching: the user and the machine edgeforge runs on."""
+    return {"user": getpass.getuser(), "host": socket.gethostname()}
+
+
+@dataclass
+class State:
+    """What ``state`` read: releases (oldest first), current, the one before it, the history."""
+    releases: list[dict] = field(default_factory=list)
+    current: str | None = None
+    current_exists: bool | None = None
+    previous: str | None = None
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return [r["id"] for r in self.releases]
+
+    def release(self, release_id: str) -> dict | None:
+        return next((r for r in self.releases if r["id"] == release_id), None)
+
+    @property
+    def broken(self) -> str | None:
+        """A note when ``current`` points at a release that is not there (never repaired silently)."""
+        if self.current and not self.current_exists:
+            return f"current points at release {self.current}, which is missing or incomplete on the device"
+        return None
+
+    def to_dict(self) -> dict:
+        return {"current": self.current, "current_exists": self.current_exists, "previous": self.previous,
+                "releases": [{k: r.get(k) for k in ("id", "sealed", "digest", "sealed_at")} for r in self.releases],
+                "history": self.history}
+
+
+class Releases:
+    """The releases of ``name`` on the device behind ``tr``."""
+
+    def __init__(self, tr: SSHTransport, name: str, timeout_s: float = SCRIPT_TIMEOUT_S):
+        self.tr = tr
+        self.name = check_name(name)
+        self.timeout_s = min(float(timeout_s), SCRIPT_TIMEOUT_S)
+
+    @property
+    def device(self):
+        return self.tr.device
+
+    def subdir(self, release_id: str | None = None) -> str:
+        """Under the workdir: the release's directory, or (None) ``current``."""
+        return f"deploy/{self.name}/" + (f"releases/{release_id}" if release_id else "current")
+
+    def path(self, release_id: str | None = None) -> str:
+        return f"{self.device.workdir}/{self.subdir(release_id)}"
+
+    def call(self, op: str, **extra) -> dict:
+        req = {"op": op, "workdir": self.device.workdir, "name": self.name, **extra}
+        doing = f"{op} of the releases of {self.name}"
+        r = self.tr.python(["-c", REMOTE_RELEASES, json.dumps(req)], timeout=self.timeout_s, doing=doing)
+        dev = self.device.name
+        if r.connection_lost:
+            raise ConnectionLost(dev, f"connection to {self.device.address} lost during the {doing}")
+        if r.timed_out:
+            raise RunnerTimeout(dev, f"the {doing} timed out after {self.timeout_s:g}s")
+        line = next((ln for ln in r.stdout.splitlines() if ln.startswith(RELEASES_PREFIX)), None)
+        if line is None:
+            tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise RunnerCrashed(dev, f"release script failed (exit {r.exit_code}): {tail}")
+        out = json.loads(line[len(RELEASES_PREFIX):])
+        if out.get("status") == "error":
+            if out.get("kind") == "digest":
+                raise DigestMismatch(dev, f"{self.name}: {out['message']}",
+                                     hint="the files changed on the device; deploy the build again")
+            if out.get("kind") == "layout":
+                raise Misconfigured(dev, f"{self.name}: {out['message']}",
+                                    hint="set workdir = ... in devices.toml to a directory the user can write")
+            raise ReleaseRefused(dev, f"{self.name}: {out['message']}")
+        return out
+
+    def state(self, history: int = HISTORY_SHOWN) -> State:
+        out = self.call("state", history=history)
+        return State(out["releases"], out["current"], out["current_exists"], out["previous"], out["history"])
+
+    def link(self, release_id: str, files: dict[str, str], also=()) -> list[str]:
+        return self.call("link", id=release_id, files=files, also=list(also))["linked"]
+
+    def seal(self, release_id: str, files: dict[str, str], meta: dict) -> None:
+        self.call("seal", id=release_id, files=files, meta=meta)
+
+    def switch(self, to: str | None, *, expect: str | None, reason: str, action: str) -> dict:
+        """Point ``current`` at ``to`` (None: remove it) if it still points at ``expect``."""
+        return self.call("switch", to=to, expect=expect, record={**operator(), "reason": reason,
+                                                                 "action": action})
+
+    def prune(self, keep: int, protect=()) -> list[str]:
+        return self.call("prune", keep=int(keep), protect=list(protect))["removed"]
+
+    def remove(self, release_id: str) -> None:
+        self.call("remove", id=release_id)
+
+
+class ReleaseRefused(DeviceError):
+    """The device refused a change to its releases: the release is incomplete or missing, or
+    ``current`` moved under us (another deploy)."""

@@ -1,0 +1,96 @@
+"""The deploy record: what a deploy or rollback did on each device, ``edgeforge.deploy/1``.
+
+One :class:`DeployRecord` per invocation (``edgeforge deploy/rollback --json`` prints it): the
+action, the release name, the build, the canary count and gates, and one :class:`DeviceEntry`
+per selected device, its failure as a value (status, error, hint, exit code), as a fleet bench
+records them. A record of another schema version is refused when read.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ResultError
+
+SCHEMA = "edgeforge.deploy/1"
+# statuses: pending | deployed | rolled back | reverted (a canary switched back) | unchanged |
+# switched back (health check failed) | smoke failed | gate failed | failed | busy | skipped |
+# not deployed (a canary failed first, or no build for the device's target)
+
+
+class DeviceEntry(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    device: str
+    target: str
+    role: str = "device"                    # device | canary | rest
+    status: str = "pending"
+    release: str | None = None           # the release this deploy made
+    from_: str | None = Field(None, alias="from")    # current before
+    to: str | None = None                # what current was switched to
+    current: str | None = None           # where current points now
+    error: str | None = None
+    hint: str | None = None
+    exit_code: int = 0
+    notes: list[str] = []
+    smoke: dict | None = None
+    health: dict | None = None
+    transfer: dict | None = None
+    pruned: list[str] = []
+    bench_result: str | None = None
+    gates: list[dict] = []
+
+
+class DeployRecord(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    schema_: str = Field(SCHEMA, alias="schema")
+    id: str
+    action: str                             # deploy | rollback
+    name: str
+    created_at: str
+    edgeforge_version: str
+    build: dict | None = None
+    keep: int | None = None
+    canary: int = 0
+    gates: dict[str, Any] = {}
+    devices: list[DeviceEntry] = []
+    notes: list[str] = []
+
+    @property
+    def exit_code(self) -> int:
+        """4 (or 70) when a device failed, else 1 when a smoke test or gate failed, else 0."""
+        codes = {e.exit_code for e in self.devices}
+        for code in (70, 4, 2, 1):
+            if code in codes:
+                return code
+        return 0
+
+    def to_json(self) -> dict:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def new_record(action: str, rid: str, name: str, *, build_dir=None, manifest: dict | None = None,
+               keep: int | None = None, canary: int = 0, gates: dict | None = None) -> DeployRecord:
+    from .. import __version__
+    from .schema import now_iso
+
+    build = None
+    if manifest is not None:
+        m = manifest
+        build = {"dir": str(build_dir), "name": m.get("name"), "sha256": m["artifact"]["sha256"],
+                 "target": m["target"], "backend": m["backend"], "precision": m["precision"]}
+    return DeployRecord(id=rid, action=action, name=name, created_at=now_iso(), edgeforge_version=__version__,
+                        build=build, keep=keep, canary=canary, gates=dict(gates or {}))
+
+
+def parse_record(data: Any, source: str = "deploy record") -> DeployRecord:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ResultError(f"{source}: schema {got!r} is not {SCHEMA}")
+    try:
+        return DeployRecord.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ResultError(f"{source}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

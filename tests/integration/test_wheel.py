@@ -1,0 +1,69 @@
+"""The wheel carries the target profiles: build it from a clean copy of the sources, install it
+(no dependencies) into a fresh venv that borrows this venv's third-party packages through a
+.pth file, and list the targets from a directory outside the repository.
+
+(tests/integration/test_install.py, marked slow, does the full install with every dependency.)
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("edgeforge", "targets", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _run(argv, **kw):
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
+
+
+def test_wheel_ships_the_targets(tmp_path):
+    # a clean copy: an in-tree build would reuse whatever a stale build/ directory holds
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(path, src / name)
+    wheels = tmp_path / "wheels"
+    r = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, src],
+             timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (wheel,) = wheels.glob("edgeforge-*.whl")
+
+    venv = tmp_path / "venv"
+    r = _run([sys.executable, "-m", "venv", "--without-pip", venv], timeout=120)
+    assert r.returncode == 0, r.stderr
+    py = venv / "bin" / "python"
+    site = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    # third-party packages from this venv (not its editable edgeforge: .pth files there are not run)
+    (site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    r = _run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", wheel], timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEFORGE_", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env.update(EDGEFORGE_CACHE=str(tmp_path / "cache"), COLUMNS="200")
+    work = tmp_path / "work"
+    work.mkdir()
+    where = _run([py, "-c", "import edgeforge, edgeforge.targets as t; print(edgeforge.__file__); "
+                  "print(t.targets_dir())"], cwd=work, env=env, timeout=120)
+    assert where.returncode == 0, where.stderr
+    pkg, targets = where.stdout.split()
+    assert pkg.startswith(str(site)) and targets == str(site / "edgeforge" / "targets_data"), where.stdout
+
+    listed = _run([venv / "bin" / "edgeforge", "targets"], cwd=work, env=env, timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    names = sorted(p.stem for p in (REPO / "targets").glob("*.toml"))
+    assert len(names) == 7
+    shown = [ln.split()[1] for ln in listed.stdout.splitlines() if ln.startswith("│ ") and ln.split()[1] != "│"]
+    assert sorted(n for n in shown if n in names) == names, listed.stdout
