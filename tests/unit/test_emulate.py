@@ -9,7 +9,7 @@ from edgeforge.device import emulate, rootfs
 from edgeforge.device.setup import platform_tags, runtime_packages, set_device_python
 from edgeforge.errors import ConfigError
 from edgeforge.report.compare import compare
-from edgeforge.report.demo import PI4, make_result
+from result_factory import PI4, make_result
 from edgeforge.report.gates import evaluate_gates
 
 EMU = {**PI4, "cpu_model": "cortex-a72 (qemu-user on AMD EPYC)", "arch": "aarch64", "emulated": "qemu-user"}
