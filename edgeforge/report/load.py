@@ -7,12 +7,11 @@ unknown extra keys are kept. On top of that, what a report can use: a complete r
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import ConfigError, ResultError
-from ..results.schema import SCHEMA, BenchResult
+from ..results.schema import SCHEMA, BenchResult, read_json
 
 # Our own other documents: skipped when met while scanning a directory, refused when named.
 _OTHER_EDGEFORGE_SCHEMAS = ("edgeforge.report/", "edgeforge.build/")
@@ -31,7 +30,7 @@ def validate_result(obj, source: str = "result") -> dict:
 
 def load_result(path: str | Path) -> dict:
     path = Path(path)
-    return validate_result(_read_json(path), str(path))
+    return validate_result(read_json(path), str(path))
 
 
 def load_results(paths: Iterable[str | Path],
@@ -54,7 +53,7 @@ def load_results(paths: Iterable[str | Path],
             if not found:
                 raise ConfigError(f"no result files (*.json) in {given}")
             for f in found:
-                obj = _read_json(f)
+                obj = read_json(f)
                 schema = obj.get("schema") if isinstance(obj, dict) else None
                 if isinstance(schema, str) and schema.startswith(_OTHER_EDGEFORGE_SCHEMAS):
                     continue
@@ -71,15 +70,6 @@ def load_results(paths: Iterable[str | Path],
     if not out:
         raise ConfigError(f"no complete results in {', '.join(map(str, paths))}")
     return out
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no such result file: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultError(f"{path}: cannot read it as JSON ({exc})") from None
 
 
 def _incomplete(obj: dict) -> str:
