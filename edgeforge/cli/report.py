@@ -94,7 +94,12 @@ def cmd_report(args) -> int:
         t.add_row(e["id"], e["label"], e["artifact"]["short"], f"{e['device']['name']} {e['device']['fingerprint_id']}",
                   fmt.ms(e["summary"].get("p50_ms")), fmt.ms(e["summary"].get("p90_ms")),
                   fmt.ms(e["summary"].get("p99_ms")), fmt.points((e["drift"] or {}).get("accuracy_drop")))
-    con.print(t)
+    if s["results"]:
+        con.print(t)
+    for e in s.get("load", []):      # edgeforge load results: one line each, with the SLO pick
+        rec = (e["analysis"].get("recommendation") or {}).get("line")
+        con.print(f"load {e['id']}: {e['label']} on {e['device']['name']}, {len(e['levels'])} levels"
+                  + (f"; {rec}" if rec else ""), markup=False)
     for p in s["int8_vs_float"]:
         what = (f"{fmt.ratio(p['speedup'])} vs fp32 {p['float']['id']}, {verdict_cell(p)}" if p["float"]
                 else p["note"])

@@ -19,7 +19,8 @@ from ..errors import ConfigError, GateFailed
 from .pairing import emulated, emulated_reason, fingerprint_id, float_counterpart, label, p50_ms, precision, short
 
 GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes")
-UNITS = {"max_accuracy_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x", "min_accelerated_nodes": ""}
+UNITS = {"max_accuracy_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x", "min_accelerated_nodes": "",
+         "min_throughput": " inf/s", "max_p99_ms": " ms"}   # the last two: edgeforge load
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from html import escape
 
 from . import plots
+from .loadcurve import html_parts
 from .tables import Cell, method_text, plain, report_tables
 
 _CSS = """
@@ -50,11 +51,12 @@ def render_html(summary: dict, results: list[dict]) -> str:
             parts.append("</tbody></table></div>")
         if t.notes:
             parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in t.notes) + "</ul>")
-        if t.key in _FIGURES:
+        if t.key in _FIGURES and t.rows:
             draw, caption = _FIGURES[t.key]
             svg = draw(summary, results) if t.key != "artifacts" else draw(summary)
             if svg:
                 parts.append(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
+    parts += html_parts(summary)              # load curves, when there are load results
     parts += ['<h2 id="method">How to read the statistics</h2>', f"<p>{escape(method_text(summary))}</p>",
               "</body></html>", ""]
     return "\n".join(parts)

@@ -1,6 +1,7 @@
 """report.md: the report tables as Markdown."""
 from __future__ import annotations
 
+from .loadcurve import markdown_lines
 from .tables import Cell, method_text, plain, report_tables
 
 
@@ -20,6 +21,7 @@ def render_markdown(summary: dict) -> str:
         lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in t.rows]
         if t.notes:
             lines += [""] + [f"- {n}" for n in t.notes]
+    lines += markdown_lines(summary)          # load curves, when there are load results
     lines += ["", "## How to read the statistics", "", method_text(summary), ""]
     return "\n".join(lines)
 

@@ -29,12 +29,16 @@ def write_report(result_files: list[Path], out_dir: Path) -> dict:
     import json
 
     from .html import render_html
+    from .loadcurve import load_summary, split_load_paths
     from .markdown import render_markdown
 
     skipped: list[dict] = []
-    loaded = load_results(result_files, on_skip=lambda path, why: skipped.append({"source": str(path), "reason": why}))
+    def on_skip(path, why):
+        skipped.append({"source": str(path), "reason": why})
+    bench_files, loads = split_load_paths(result_files, on_skip)    # edgeforge.load/1: the load curves
+    loaded = load_results(bench_files, on_skip=on_skip) if bench_files or not loads else []
     results = [r for _, r in loaded]
-    summary = json_safe(build_summary(loaded, skipped))
+    summary = json_safe({**build_summary(loaded, skipped), "load": load_summary(loads)})
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"the report directory {out} is a file")

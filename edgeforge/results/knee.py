@@ -13,7 +13,7 @@ sessions, threads and batch, ordered by concurrency (closed loop) or rate (open 
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 KNEE_GAIN = 0.10
 
@@ -86,7 +86,7 @@ def describe(level: dict) -> str:
     threads = level.get("threads")
     parts = [f"threads {threads if threads else 'default'}", f"batch {level.get('batch', 1)}"]
     k = int(level.get("concurrency") or 1)
-    own = ", own sessions" if level.get("sessions") == "own" and k > 1 else ""
+    own = f" ({k} sessions)" if level.get("sessions") == "own" and k > 1 else ""
     if level.get("mode") == "open":
         parts.append(f"{k} worker{'s' if k != 1 else ''}{own} at {_rate(float(level['rate']))} req/s")
     else:
@@ -94,8 +94,20 @@ def describe(level: dict) -> str:
     return ", ".join(parts)
 
 
+def _ms(x: float) -> str:
+    return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
+
+def load_point(level: dict) -> str:
+    """``3 concurrent requests`` or ``250 req/s``: where on its series a level is."""
+    if level.get("mode") == "open":
+        return f"{_rate(float(level['rate']))} req/s"
+    k = int(level.get("concurrency") or 1)
+    return f"{k} concurrent request{'s' if k != 1 else ''}"
+
+
 def figures(level: dict) -> str:
-    return f"{_rate(level['inferences_per_s'])} inf/s at p99 {level['p99_ms']:.3g} ms"
+    return f"{_rate(level['inferences_per_s'])} inf/s at p99 {_ms(level['p99_ms'])} ms"
 
 
 def recommendation_line(level: dict) -> str:

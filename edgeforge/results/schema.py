@@ -218,9 +218,14 @@ def write_result(results_dir: str | os.PathLike, result: dict) -> Path:
     """Write ``result`` under ``results_dir`` atomically; never overwrite an existing file."""
     checked = BenchResult.check(result).to_json()
     doc = {k: checked[k] for k in result if k in checked}     # the caller's key order
+    return write_document(results_dir, result_filename(doc), doc)
+
+
+def write_document(results_dir: str | os.PathLike, name: str, doc: dict) -> Path:
+    """Write ``doc`` as ``results_dir/name`` atomically; a name that is taken gets ``-2``,
+    ``-3``, ...: an earlier result is never replaced. (Bench and load results.)"""
     d = Path(results_dir)
-    base = result_filename(doc)
-    final = write_new_file(d, base, dumps_json(doc))
+    final = write_new_file(d, name, dumps_json(doc))
     if final is None:
-        raise ResultError(f"{d}: no free result file name for {base}")
+        raise ResultError(f"{d}: no free result file name for {name}")
     return final

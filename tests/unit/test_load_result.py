@@ -1,0 +1,67 @@
+"""edgeforge.load/1: written and read by one model; other versions refused; never overwritten."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgeforge.errors import ResultError
+from edgeforge.results.knee import analyse
+from edgeforge.results.load import LOAD_SCHEMA, LoadResult, read_load_result, write_load_result
+
+
+def make_load_result(**over) -> dict:
+    levels = [{"mode": "closed", "sessions": "shared", "threads": 2, "batch": 1, "concurrency": k,
+               "rate": None, "completed": 100 * k, "errors": 0, "inferences_per_s": t,
+               "samples_per_s": t, "p50_ms": p / 2, "p90_ms": p * 0.8, "p99_ms": p, "max_ms": p * 1.5,
+               "cpu_util_pct": 50.0 * k, "peak_rss_mb": 70.0, "temp_c_before": None,
+               "temp_c_after": None, "samples_ms": [p / 2] * 5}
+              for k, t, p in ((1, 100.0, 2.0), (2, 190.0, 2.2), (4, 195.0, 4.0))]
+    r = {"schema": LOAD_SCHEMA, "status": "ok", "created_at": "2026-12-01T00:00:00+00:00",
+         "edgeforge_version": "0", "emulated": None,
+         "artifact": {"sha256": "ab" * 32, "name": "digits", "target": "linux-x86", "backend": "onnx",
+                      "precision": "int8"},
+         "device": {"name": "local", "fingerprint": {"cpu_model": "x", "kernel": "k", "governor": None,
+                                                     "temp_c_before": None, "temp_c_after": None,
+                                                     "load_avg": [0, 0, 0], "emulated": None}},
+         "runtime": {"name": "onnxruntime", "version": "1.23"},
+         "settings": {"duration_s": 0.5, "warmup_s": 0.1}, "levels": levels,
+         "analysis": analyse(levels, 3.0), "transfer": {"uploaded_bytes": 0, "seconds": 0}}
+    r.update(over)
+    return r
+
+
+def test_round_trip(tmp_path):
+    r = make_load_result()
+    p = write_load_result(tmp_path, r)
+    assert p.name.endswith("-load.json")
+    back = read_load_result(p)
+    assert back == json.loads(json.dumps(r))
+    assert LoadResult.check(back).to_json() == back
+
+
+@pytest.mark.parametrize("schema", ["edgeforge.load/2", "edgeforge.bench/1", None])
+def test_other_schemas_are_refused(tmp_path, schema):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(make_load_result(schema=schema)))
+    with pytest.raises(ResultError, match="unknown load result schema"):
+        read_load_result(p)
+
+
+def test_bad_level_is_named(tmp_path):
+    r = make_load_result()
+    r["levels"][1]["mode"] = "sideways"
+    with pytest.raises(ResultError, match="levels.1.mode"):
+        LoadResult.check(r)
+    r = make_load_result()
+    r["levels"][0]["p99_ms"] = float("inf")
+    with pytest.raises(ResultError, match="p99_ms"):
+        LoadResult.check(r)
+
+
+def test_never_overwritten(tmp_path):
+    a = write_load_result(tmp_path, make_load_result())
+    b = write_load_result(tmp_path, make_load_result())
+    assert a != b and a.exists() and b.exists()
+    inc = write_load_result(tmp_path, make_load_result(status="incomplete", error="lost"))
+    assert inc.name.endswith("-load-incomplete.json")
