@@ -1,24 +1,21 @@
 """Library entry points. The CLI is a thin layer over these; nothing here prints or exits."""
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import platform
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import __version__
-from .cache import Cache, sha256_file, sha256_json, sha256_file as _sha
+from .cache import Cache, sha256_file, sha256_json
 from .errors import ConfigError, EdgeforgeError
 from .fsutil import atomic_dir, write_json_atomic
+from .manifest import BUILD_SCHEMA, build_manifest, read_manifest
+from .options import BuildOptions, ResolvedBuild, resolve_precision
 from .pipeline import Event, Pipeline
 from .project import Project, load_project
 from .targets import TargetProfile, load_target
 
-BUILD_SCHEMA = "edgeforge.build/1"
 Log = Callable[[str], None]
 
 
@@ -42,14 +39,12 @@ def project_artifact(project: Project):
             if p == project.weights:
                 raise ConfigError(f"weights file not found: {p}", hint="train the model first or fix [model].weights")
             continue
-        parts[p.relative_to(project.root).as_posix()] = _sha(p)
+        parts[p.relative_to(project.root).as_posix()] = sha256_file(p)
     return Artifact(PROJECT, project.root, {}, sha256_json(parts))
 
 
-def plan_passes(project: Project, target: TargetProfile, backend: str, precision: str,
-                algo: str | None = None, keep_float: list[str] | None = None,
-                max_accuracy_drop: float | None = None, calibration_search: bool = False,
-                float_fallback: bool = True, legalize: bool = True, min_cosine: float | None = None):
+def plan_passes(project: Project, build: ResolvedBuild):
+    """The passes that make ``build`` of ``project``, in order."""
     from .passes.export import ExportPass
     from .passes.legalize import LegalizeInt8Pass, LegalizePass
     from .passes.lite import LiteConvertPass
@@ -57,57 +52,44 @@ def plan_passes(project: Project, target: TargetProfile, backend: str, precision
     from .passes.quantize import OnnxQuantizePass, PaddlePTQPass, QuantConfig
     from .passes.verify import VerifyPass
 
+    backend, precision, target = build.backend, build.precision, build.target
     bcfg = target.backend_config(backend)
     q = target.quantization
-    qcfg = QuantConfig(algo=algo or q.algo, algo_fixed=algo is not None, calibration_batches=q.calibration_batches, batch_size=q.batch_size,
-                       per_channel_weights=q.per_channel_weights,
-                       keep_float=list(keep_float if keep_float is not None else q.keep_float),
-                       max_accuracy_drop=q.max_accuracy_drop if max_accuracy_drop is None else max_accuracy_drop,
-                       min_cosine=q.min_cosine if min_cosine is None else min_cosine,
-                       calibration_search=calibration_search, float_fallback=float_fallback,
+    eval_digest = _digest_or_empty(project.path(project.spec.data.evaluation))
+    qcfg = QuantConfig(algo=build.algo, algo_fixed=build.algo_fixed,
+                       calibration_batches=q.calibration_batches, batch_size=q.batch_size,
+                       per_channel_weights=q.per_channel_weights, keep_float=list(build.keep_float),
+                       max_accuracy_drop=build.max_accuracy_drop, min_cosine=build.min_cosine,
+                       calibration_search=build.calibration_search,
+                       float_fallback=build.float_fallback,
                        data_digest=_digest_or_empty(project.path(project.spec.data.calibration)),
-                       eval_digest=_digest_or_empty(project.path(project.spec.data.evaluation)))
-    vt = list(getattr(bcfg, "valid_targets", []))
+                       eval_digest=eval_digest)
+    vt = build.valid_targets
     passes = [ExportPass()]
-    if legalize:
+    if build.legalize:
         passes.append(LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt)))
     if backend == "lite":
         if precision == "int8":
             passes.append(PaddlePTQPass(qcfg))
-            if legalize:
-                passes.append(LegalizeInt8Pass(LegalizeInt8Pass.Config(backend=backend, valid_targets=vt)))
-        passes.append(LiteConvertPass(LiteConvertPass.Config(valid_targets=vt, fp16=precision == "fp16")))
+            if build.legalize:
+                passes.append(LegalizeInt8Pass(LegalizeInt8Pass.Config(backend=backend,
+                                                                       valid_targets=vt)))
+        passes.append(LiteConvertPass(LiteConvertPass.Config(valid_targets=vt,
+                                                             fp16=precision == "fp16")))
     else:
         passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset)))
         if precision == "int8":
             passes.append(OnnxQuantizePass(qcfg))
         elif precision == "fp16":
             passes.append(OnnxFp16Pass())
-    eval_path = project.path(project.spec.data.evaluation)
     passes.append(VerifyPass(VerifyPass.Config(
-        host_runnable=bcfg.host_runnable,
-        max_accuracy_drop=q.max_accuracy_drop if max_accuracy_drop is None else max_accuracy_drop,
-        min_cosine=q.min_cosine if min_cosine is None else min_cosine,
-        data_digest=sha256_file(eval_path) if eval_path.is_file() else "")))
+        host_runnable=bcfg.host_runnable, max_accuracy_drop=build.max_accuracy_drop,
+        min_cosine=build.min_cosine, data_digest=eval_digest)))
     return passes
 
 
 def _digest_or_empty(path: Path) -> str:
     return sha256_file(path) if path.is_file() else ""
-
-
-def resolve_precision(target: TargetProfile, backend: str, precision: str | None) -> str:
-    chosen = precision or target.precision_for(backend)
-    bcfg = target.backend_config(backend)
-    if backend == "lite":
-        if chosen == "int8" and "x86" in bcfg.valid_targets:
-            raise ConfigError(
-                "Paddle Lite x86 INT8 kernels give wrong outputs (chance-level accuracy)",
-                hint="use --precision fp32 for the lite backend on x86, or --backend onnx for INT8",
-            )
-        if chosen == "fp16" and "arm" not in bcfg.valid_targets:
-            raise ConfigError("Paddle Lite fp16 needs an arm valid target", hint="use --precision fp32")
-    return chosen
 
 
 def default_out_dir(project: Project, target: TargetProfile, backend: str, precision: str) -> Path:
@@ -132,37 +114,35 @@ def toolchain_versions() -> dict:
     return out
 
 
-def build(project_dir: str | Path, target: str, *, out: str | Path | None = None, precision: str | None = None,
-          backend: str | None = None, no_cache: bool = False, cache_dir: str | Path | None = None,
-          algo: str | None = None, max_accuracy_drop: float | None = None, calibration_search: bool = False,
-          float_fallback: bool = True, legalize: bool = True, min_cosine: float | None = None,
-          on_event: Event | None = None, log: Log | None = None) -> BuildResult:
+def build(project_dir: str | Path, target: str, options: BuildOptions | None = None, *,
+          out: str | Path | None = None, on_event: Event | None = None, log: Log | None = None,
+          **overrides) -> BuildResult:
     """Build PROJECT for TARGET. Returns the output directory and its manifest.
 
+    ``options`` (or the defaults) with ``overrides``, any :class:`BuildOptions` field
+    (``precision="fp32"``, ``backend="lite"``, ``no_cache=True`` ...).
     Raises ConfigError (bad input) or PassError (a pass failed). The output directory is
     written whole or not at all.
     """
-    from .passes.base import PassContext
+    from .passes.base import PADDLE_FLOAT, PassContext
 
     project = load_project(project_dir)
-    profile = load_target(target)
-    backend = backend or profile.backend.default
-    profile.backend_config(backend)
-    precision = resolve_precision(profile, backend, precision)
+    plan = BuildOptions.of(options, **overrides).resolve(load_target(target))
+    profile, backend, precision = plan.target, plan.backend, plan.precision
     # Check the data before spending minutes on export.
     project.load_data("calibration")
     project.load_data("evaluation")
     source = project_artifact(project)
-    passes = plan_passes(project, profile, backend, precision, algo=algo, max_accuracy_drop=max_accuracy_drop,
-                         calibration_search=calibration_search, float_fallback=float_fallback,
-                         legalize=legalize, min_cosine=min_cosine)
+    passes = plan_passes(project, plan)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
-    cache = Cache(cache_dir, enabled=not no_cache)
+    cache = Cache(plan.cache_dir, enabled=plan.use_cache)
     with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
         ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,
                           workdir=Path(work), log=log or (lambda m: None))
         final, steps = Pipeline(passes, cache).run(source, ctx, on_event)
-        manifest = _manifest(project, profile, backend, precision, final, steps)
+        manifest = build_manifest(project, plan, final, steps, toolchain_versions())
+        exported = ctx.history.get(PADDLE_FLOAT)
+        manifest["export"] = exported.meta.get("export") if exported is not None else None
         with atomic_dir(out_dir) as tmp:
             for p in final.path.iterdir():
                 (shutil.copytree if p.is_dir() else shutil.copy2)(p, tmp / p.name)
@@ -170,59 +150,8 @@ def build(project_dir: str | Path, target: str, *, out: str | Path | None = None
     return BuildResult(out_dir, manifest)
 
 
-def _manifest(project: Project, profile: TargetProfile, backend: str, precision: str, final, steps) -> dict:
-    meta = final.meta
-    art = final.path / meta["file"]
-    bcfg = profile.backend_config(backend)
-    runtime = {"threads": profile.runtime.threads, "power_mode": profile.runtime.power_mode}
-    if backend == "onnx":
-        runtime["execution_providers"] = list(bcfg.execution_providers)
-        runtime["provider_options"] = bcfg.provider_options(precision)   # the runner applies them
-    else:
-        runtime["valid_targets"] = list(bcfg.valid_targets)
-    return {
-        "schema": BUILD_SCHEMA,
-        "name": project.name,
-        "target": profile.name,
-        "backend": backend,
-        "precision": precision,
-        "artifact": {"path": meta["file"], "sha256": sha256_file(art), "size_bytes": art.stat().st_size},
-        "float_size_bytes": meta.get("float_size_bytes"),
-        "steps": [s.to_json() for s in steps],
-        "verify": meta["verify"],
-        "inputs": [i.model_dump() for i in project.inputs],
-        "reference": {"inputs": "reference/eval_inputs.npz", "outputs": "reference/float_outputs.npz",
-                      "samples": meta.get("num_eval_samples")},
-        "runtime": runtime,
-        "target_profile": {"arch": profile.hardware.arch, "soc": profile.hardware.soc,
-                           "bench": profile.bench.model_dump(mode="json")},
-        "quantization": meta.get("quantization"),
-        "keep_float": meta.get("keep_float", []),
-        "accuracy_budget": meta.get("accuracy_budget"),
-        "calibration_search": meta.get("calibration_search"),
-        "rewrites": meta.get("rewrites", []),
-        "toolchain": toolchain_versions(),
-        "edgeforge_version": __version__,
-        "host": {"machine": platform.machine(), "python": platform.python_version()},
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def read_manifest(build_dir: str | Path) -> dict:
-    path = Path(build_dir) / "manifest.json"
-    if not path.is_file():
-        raise ConfigError(f"{build_dir} is not an edgeforge build: no manifest.json",
-                          hint="run `edgeforge build` first")
-    try:
-        manifest = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if manifest.get("schema") != BUILD_SCHEMA:
-        raise ConfigError(f"{path}: unknown schema {manifest.get('schema')!r}, this edgeforge reads {BUILD_SCHEMA}")
-    return manifest
-
-
-__all__ = ["build", "BuildResult", "read_manifest", "plan_passes", "EdgeforgeError"]
+__all__ = ["build", "BuildOptions", "BuildResult", "read_manifest", "plan_passes",
+           "resolve_precision", "BUILD_SCHEMA", "EdgeforgeError"]
 
 
 def check(project_dir: str | Path, target: str, *, backend: str | None = None) -> dict:

@@ -132,8 +132,6 @@ def add_build_flags(p, full: bool = True) -> None:
 
 
 def add_bench_flags(p, device: bool = True) -> None:
-    from ..device.bench import RETRIES
-
     if device:
         p.add_argument("--device", required=True, metavar="NAME",
                        help="device name in the inventory")
@@ -141,6 +139,15 @@ def add_bench_flags(p, device: bool = True) -> None:
                    help="timed runs (default: the target's bench.runs)")
     p.add_argument("--warmups", metavar="auto|N",
                    help="'auto' (until timings settle) or a count (default: the target's)")
+    add_session_flags(p)
+    add_gate_arguments(p)
+
+
+def add_session_flags(p) -> None:
+    """What a verb that runs something on a device takes beside what it runs: timeouts, the
+    lease wait, connect retries, the inventory and host-key policy, results, --json, --quiet."""
+    from ..options import RETRIES
+
     p.add_argument("--timeout", type=positive_float, metavar="S",
                    help="seconds for the run on the device (default: the target's)")
     p.add_argument("--connect-timeout", type=positive_float, metavar="S",
@@ -156,7 +163,6 @@ def add_bench_flags(p, device: bool = True) -> None:
                    help="where result JSON goes (default: $EDGEFORGE_RESULTS or ./results)")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
     p.add_argument("--quiet", "-q", action="store_true")
-    add_gate_arguments(p)
 
 
 def add_device_flags(p) -> None:
@@ -165,6 +171,31 @@ def add_device_flags(p) -> None:
                    help="accept and record an unknown host key")
     p.add_argument("--inventory", metavar="FILE",
                    help="devices.toml (default: $EDGEFORGE_DEVICES, then ./devices.toml)")
+
+
+def build_options(args, **extra):
+    """BuildOptions from the build flags (``add_build_flags``) a verb took."""
+    from ..options import BuildOptions
+
+    full = {"algo": "calibration", "max_accuracy_drop": "max_accuracy_drop",
+            "min_cosine": "min_cosine", "calibration_search": "calibration_search"}
+    given = {k: getattr(args, flag) for k, flag in full.items() if hasattr(args, flag)}
+    if hasattr(args, "no_fallback"):
+        given["float_fallback"] = not args.no_fallback
+    if hasattr(args, "no_legalize"):
+        given["legalize"] = not args.no_legalize
+    return BuildOptions.of(precision=getattr(args, "precision", None), backend=args.backend,
+                           no_cache=args.no_cache, **given, **extra)
+
+
+def bench_options(args, **extra):
+    """BenchOptions from the bench flags (``add_bench_flags``) a verb took."""
+    from ..options import BenchOptions
+
+    return BenchOptions.of(runs=args.runs, warmups=args.warmups, timeout=args.timeout,
+                           connect_timeout=args.connect_timeout, wait=args.wait,
+                           retries=args.retries, trust_new_host=args.trust_new_host,
+                           inventory=args.inventory, results_dir=args.results, **extra)
 
 
 # ---------------------------------------------------------------- gates

@@ -1,12 +1,8 @@
 """Renderers shared by several verb modules (the build summary: `build`, `run`)."""
 from __future__ import annotations
 
-from ..report.fmt import nbytes as _fmt_bytes
+from ..report import fmt
 from ._common import console
-
-
-def _fmt(v, spec=".4f") -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def print_build_summary(m: dict, out_dir) -> None:
@@ -23,26 +19,25 @@ def print_build_summary(m: dict, out_dir) -> None:
     a = m["artifact"]
     fs = m.get("float_size_bytes")
     v = m["verify"]
-    pct = lambda x: "-" if x is None else f"{x * 100:.2f}%"  # noqa: E731
     s = Table(show_header=False, box=None, padding=(0, 2))
     s.add_column(style="bold")
     s.add_column()
-    s.add_row("artifact", f"{out_dir}/{a['path']}  ({_fmt_bytes(a['size_bytes'])}, sha256 {a['sha256'][:12]}…)")
+    s.add_row("artifact", f"{out_dir}/{a['path']}  ({fmt.nbytes(a['size_bytes'])}, sha256 {a['sha256'][:12]}…)")
     if fs and m["precision"] != "fp32":
-        s.add_row("float size", f"{_fmt_bytes(fs)}  (float/{m['precision']} = {fs / a['size_bytes']:.2f}x)")
+        s.add_row("float size", f"{fmt.nbytes(fs)}  (float/{m['precision']} = {fs / a['size_bytes']:.2f}x)")
     s.add_row("build time", f"{sum(st['seconds'] for st in m['steps']):.1f}s "
               f"({sum(st['cache_hit'] for st in m['steps'])}/{len(m['steps'])} steps cached)")
     status_style = {"passed": "green", "failed": "red"}.get(v["status"], "yellow")
     s.add_row("verify", f"[{status_style}]{v['status']}[/{status_style}]"
               + (f" on the host ({v['runtime']['name']} {v['runtime']['version']})" if v.get("runtime") else ""))
     if v.get("runtime"):
-        s.add_row("top-1 agreement", pct(v.get("top1_agreement")))
-        s.add_row("accuracy", f"{pct(v.get('accuracy'))} (float {pct(v.get('float_accuracy'))}, "
-                  f"drop {_fmt(v.get('accuracy_drop'), '.2f')} points)")
-        s.add_row("max abs error", f"{_fmt(v.get('max_abs_error'), '.3e')} (relative {_fmt(v.get('rel_max_abs_error'), '.2e')})")
-        s.add_row("cosine", _fmt(v.get("cosine"), ".6f"))
+        s.add_row("top-1 agreement", fmt.pct(v.get("top1_agreement")))
+        s.add_row("accuracy", f"{fmt.pct(v.get('accuracy'))} (float {fmt.pct(v.get('float_accuracy'))}, "
+                  f"drop {fmt.num(v.get('accuracy_drop'), '.2f')} points)")
+        s.add_row("max abs error", f"{fmt.num(v.get('max_abs_error'), '.3e')} (relative {fmt.num(v.get('rel_max_abs_error'), '.2e')})")
+        s.add_row("cosine", fmt.num(v.get("cosine"), ".6f"))
     elif v.get("float_accuracy") is not None:
-        s.add_row("float accuracy", pct(v.get("float_accuracy")))
+        s.add_row("float accuracy", fmt.pct(v.get("float_accuracy")))
     con.print(s)
     if v["status"] == "device-only":
         con.print("[dim]verify: device-only — the host cannot run this artifact; `edgeforge bench` measures it on the board[/dim]")

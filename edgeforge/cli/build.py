@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ConfigError, ExitCode, GateFailed
-from ._common import add_build_flags, build_progress, console
+from ._common import add_build_flags, build_options, build_progress, console
 from ._render import print_build_summary
 
 
@@ -34,12 +34,8 @@ def cmd_build(args) -> int:
     from .. import api
 
     with build_progress(args.quiet) as (on_event, log):
-        result = api.build(args.project, args.target, out=args.out, precision=args.precision,
-                           backend=args.backend, no_cache=args.no_cache, algo=args.calibration,
-                           max_accuracy_drop=args.max_accuracy_drop,
-                           calibration_search=args.calibration_search,
-                           float_fallback=not args.no_fallback, legalize=not args.no_legalize,
-                           min_cosine=args.min_cosine, on_event=on_event, log=log)
+        result = api.build(args.project, args.target, build_options(args), out=args.out,
+                           on_event=on_event, log=log)
     print_build_summary(result.manifest, result.out_dir)
     if result.verify_status == "failed":
         raise GateFailed(f"verify failed: {result.manifest['verify'].get('reason')}",

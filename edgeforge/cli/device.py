@@ -13,7 +13,8 @@ import json
 
 from ..errors import ConfigError, ExitCode, GateFailed
 from ..report import fmt
-from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, check_gate_flags, console, escape,
+from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, bench_options,
+                      build_options, check_gate_flags, console, escape,
                       fleet_progress, gate_with_history, positive_int, say_error,
                       step_progress, wrap)
 from ._render import print_build_summary
@@ -80,10 +81,8 @@ def _bench_one(args) -> int:
     from ..device.bench import bench
 
     with step_progress(args.quiet) as on_step:
-        outcome = bench(args.build_dir[0], args.device, runs=args.runs, warmups=args.warmups, timeout=args.timeout,
-                        connect_timeout=args.connect_timeout, trust_new_host=args.trust_new_host,
-                        inventory=args.inventory, results_dir=args.results, on_step=on_step,
-                        threads=args.threads, power_mode=args.power_mode, wait=args.wait, retries=args.retries)
+        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode)
+        outcome = bench(args.build_dir[0], args.device, opts, on_step=on_step)
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     else:
@@ -95,11 +94,9 @@ def _bench_fleet(args) -> int:
     from ..device.fleet import fleet_bench
 
     with fleet_progress(args.quiet) as on_step:
-        outcome = fleet_bench(args.build_dir, args.devices or args.device, inventory=args.inventory, runs=args.runs,
-                              warmups=args.warmups, timeout=args.timeout, connect_timeout=args.connect_timeout,
-                              threads=args.threads, power_mode=args.power_mode, wait=args.wait,
-                              retries=args.retries, jobs=args.jobs, trust_new_host=args.trust_new_host,
-                              results_dir=args.results, on_step=on_step)
+        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode)
+        outcome = fleet_bench(args.build_dir, args.devices or args.device, opts, jobs=args.jobs,
+                              on_step=on_step)
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2))
     else:
@@ -129,8 +126,7 @@ def cmd_run(args) -> int:
         raise ConfigError(f"device {dev.name} is a {dev.target}, not a {args.target}",
                           hint=f"use --target {dev.target}")
     with step_progress(args.quiet) as on_step:
-        result = api.build(args.project, args.target, out=args.out, precision=args.precision,
-                           backend=args.backend, no_cache=args.no_cache,
+        result = api.build(args.project, args.target, build_options(args), out=args.out,
                            on_event=lambda name, phase, info: on_step("build", f"{name} {phase}"),
                            log=lambda msg: on_step("build", msg))
     if not args.quiet:
@@ -139,10 +135,7 @@ def cmd_run(args) -> int:
         raise GateFailed(f"verify failed: {result.manifest['verify'].get('reason')}",
                          hint="not benching it")
     with step_progress(args.quiet) as on_step:
-        outcome = bench(result.out_dir, args.device, runs=args.runs, warmups=args.warmups, timeout=args.timeout,
-                        connect_timeout=args.connect_timeout, trust_new_host=args.trust_new_host,
-                        inventory=args.inventory, results_dir=args.results, on_step=on_step,
-                        wait=args.wait, retries=args.retries)
+        outcome = bench(result.out_dir, args.device, bench_options(args), on_step=on_step)
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     else:
@@ -151,21 +144,18 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..device.sweep import parse_list, sweep
+    from ..device.sweep import SweepAxes, parse_list, sweep
 
     check_gate_flags(args)
     bad = [p for p in (args.precisions or "").split(",") if p.strip() and p.strip() not in ("int8", "fp16", "fp32")]
     if bad:
         raise ConfigError(f"unknown precision(s) {', '.join(bad)}: use int8, fp16, fp32")
     with step_progress(args.quiet) as on_step:
-        outcome = sweep(args.project, args.target, args.device, backend=args.backend,
-                        precisions=parse_list(args.precisions, str, "precision"),
-                        threads=parse_list(args.threads, int, "thread count"),
-                        power_modes=parse_list(args.power_modes, str, "power mode"), out=args.out,
-                        no_cache=args.no_cache, runs=args.runs, warmups=args.warmups, timeout=args.timeout,
-                        connect_timeout=args.connect_timeout, wait=args.wait, retries=args.retries,
-                        trust_new_host=args.trust_new_host, inventory=args.inventory, results_dir=args.results,
-                        on_step=on_step)
+        axes = SweepAxes(precisions=parse_list(args.precisions, str, "precision"),
+                         threads=parse_list(args.threads, int, "thread count"),
+                         power_modes=parse_list(args.power_modes, str, "power mode"))
+        outcome = sweep(args.project, args.target, args.device, axes, build_options(args),
+                        bench_options(args), out=args.out, on_step=on_step)
     if args.json:
         print(json.dumps({"sweep": outcome.id, "device": outcome.device, "target": outcome.target,
                           "backend": outcome.backend, "notes": outcome.notes,
@@ -225,6 +215,9 @@ def print_bench_result(result: dict, path) -> None:
     temps = (f"{fmt.num(fp.get('temp_c_before'), '.1f')} → {fmt.num(fp.get('temp_c_after'), '.1f')} °C"
              if fp.get("temp_c_before") is not None else "no thermal zones")
     info.add_row("conditions", escape(f"temperature {temps}, load {fp.get('load_avg')}"))
+    if fp.get("emulated"):
+        info.add_row("emulated", f"[yellow]{escape(fp['emulated'])}[/yellow]: these timings are not performance "
+                                 "figures; drift and accuracy are the device's own")
     tr = result["transfer"]
     info.add_row("transfer", escape(f"{fmt.nbytes(tr['uploaded_bytes'])} in {tr['seconds']:.2f}s"
                  + (f" ({', '.join(tr['files'])})" if tr.get("files") else " (the device already held every file)")))

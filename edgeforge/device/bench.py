@@ -28,78 +28,41 @@ from typing import Callable
 
 from .. import __version__
 from ..cache import sha256_file
-from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Misconfigured,
-                      RunnerCrashed, RunnerTimeout, RuntimeMissing, Unhealthy)
+from ..errors import (
+    ConfigError,
+    ConnectionLost,
+    DeviceError,
+    DigestMismatch,
+    Misconfigured,
+    RunnerCrashed,
+    RunnerTimeout,
+    RuntimeMissing,
+    Unhealthy,
+)
+from ..options import BenchOptions
 from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ..results.stats import summarize
-from ..runner import RUNNER_FILE
 from .inventory import Device, load_inventory
 from .lease import Lease, iso, lease_ttl
+from .settings import (
+    PREPARE_PREFIX,
+    REMOTE_PREPARE,
+    RUNNER_NAME,
+    RUNTIME_FOR_BACKEND,
+    BenchSettings,
+    arch_matches,
+    build_files,
+    needed_modules,
+    resolve_settings,
+)
 from .transport import SSHTransport
 
-RUNNER_NAME = "edgeforge_runner.py"
 EVENT_PREFIX = "@@edgeforge "
-PREPARE_PREFIX = "@@edgeforge-prepare "
 DEADLINE_GRACE_S = 5.0
-RETRIES = 2                 # connect attempts after the first, for transient failures
 BACKOFF_S = 0.5             # first wait; doubles each retry
 
-# Runs on the device before anything is uploaded: standard library only.
-REMOTE_PREPARE = r'''
-import hashlib, importlib.util, json, os, platform, sys
-req = json.loads(sys.argv[1])
-out = {"python": platform.python_version(), "executable": sys.executable,
-       "machine": platform.machine(), "modules": {}, "digests": {}}
-for m in req["modules"]:
-    try:
-        out["modules"][m] = importlib.util.find_spec(m) is not None
-    except Exception:
-        out["modules"][m] = False
-d = os.path.abspath(os.path.join(os.path.expanduser(req["workdir"]), req["subdir"]))
-out["dir"] = d
-try:
-    for sub in [""] + req["mkdirs"]:
-        os.makedirs(os.path.join(d, sub), exist_ok=True)
-    out["writable"] = os.access(d, os.W_OK)
-except OSError as e:
-    out["writable"] = False
-    out["error"] = "%s: %s" % (e.strerror, e.filename)
-for rel in req["files"]:
-    try:
-        h = hashlib.sha256()
-        with open(os.path.join(d, rel), "rb") as f:
-            for b in iter(lambda: f.read(1 << 20), b""):
-                h.update(b)
-        out["digests"][rel] = h.hexdigest()
-    except OSError:
-        out["digests"][rel] = None
-print("@@edgeforge-prepare " + json.dumps(out))
-'''
-
-ARCH_ALIASES = {
-    "x86_64": {"x86_64", "amd64"},
-    "arm64": {"aarch64", "arm64"},
-    "armv7": {"armv7l", "armv7", "armv8l", "armhf"},
-}
-RUNTIME_FOR_BACKEND = {"onnx": "onnxruntime", "lite": "paddlelite"}
 
 Step = Callable[[str, str], None]   # (step, message)
-
-
-def arch_matches(target_arch: str, machine: str | None) -> bool:
-    return (machine or "").lower() in ARCH_ALIASES.get(target_arch, {target_arch})
-
-
-@dataclass
-class BenchSettings:
-    warmups: str | int
-    runs: int
-    threads: int | None
-    power_mode: str | None
-    connect_timeout_s: float
-    command_timeout_s: float
-    runner: str                      # "python" or "benchmark_bin"
-    benchmark_bin: str | None = None
 
 
 @dataclass
@@ -135,66 +98,6 @@ class _Partial:
         return ev
 
 
-def parse_warmups(value) -> str | int:
-    if value is None or value == "auto":
-        return "auto"
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--warmups must be 'auto' or a count, not {value!r}") from None
-    if n < 0:
-        raise ConfigError("--warmups must be >= 0")
-    return n
-
-
-def resolve_settings(manifest: dict, device: Device, *, runs=None, warmups=None, timeout=None,
-                     connect_timeout=None, threads=None, power_mode=None) -> BenchSettings:
-    """Bench settings: the flags given, else the build's target profile. ``threads`` and
-    ``power_mode`` override the build's runtime settings for this run (a sweep point)."""
-    bench = dict((manifest.get("target_profile") or {}).get("bench") or {})
-    rt = manifest.get("runtime") or {}
-    runner = bench.get("runner", "python")
-    if manifest["backend"] != "lite":
-        runner = "python"
-    elif device.benchmark_bin:
-        runner = "benchmark_bin"
-    settings = BenchSettings(
-        warmups=parse_warmups(warmups if warmups is not None else bench.get("warmups", "auto")),
-        runs=int(runs if runs is not None else bench.get("runs", 100)),
-        threads=int(threads) if threads is not None else rt.get("threads"),
-        power_mode=power_mode if power_mode is not None else rt.get("power_mode"),
-        connect_timeout_s=float(connect_timeout if connect_timeout is not None else bench.get("connect_timeout_s", 10)),
-        command_timeout_s=float(timeout if timeout is not None else bench.get("command_timeout_s", 600)),
-        runner=runner, benchmark_bin=device.benchmark_bin or ("benchmark_bin" if runner == "benchmark_bin" else None))
-    if settings.runs <= 0:
-        raise ConfigError("--runs must be > 0")
-    if settings.threads is not None and settings.threads <= 0:
-        raise ConfigError("--threads must be > 0")
-    if settings.command_timeout_s <= 0 or settings.connect_timeout_s <= 0:
-        raise ConfigError("timeouts must be > 0")
-    return settings
-
-
-def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
-    """The files a bench ships, by their path under the remote directory."""
-    art = manifest["artifact"]
-    files = {art["path"]: build_dir / art["path"],
-             manifest["reference"]["inputs"]: build_dir / manifest["reference"]["inputs"],
-             manifest["reference"]["outputs"]: build_dir / manifest["reference"]["outputs"],
-             RUNNER_NAME: RUNNER_FILE}
-    for rel, path in files.items():
-        if not path.is_file():
-            raise ConfigError(f"{build_dir}: {rel} is missing", hint="rebuild with `edgeforge build`")
-    return files
-
-
-def _needed_modules(manifest: dict, settings: BenchSettings) -> list[str]:
-    mods = ["numpy"]
-    if settings.runner == "python":
-        mods.append(RUNTIME_FOR_BACKEND[manifest["backend"]])
-    return mods
-
-
 def _tail(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip() and not ln.startswith(EVENT_PREFIX)]
     return lines[-1][:300] if lines else ""
@@ -210,15 +113,21 @@ def _signal_name(n: int) -> str:
 
 
 class Bench:
-    """One bench of one build on one device."""
+    """One bench of one build on one device. A subclass (``device.load``) runs another runner
+    ``command`` and overrides ``measured``, ``result`` and ``write``."""
 
-    def __init__(self, build_dir, device: Device, settings: BenchSettings, *, trust_new_host=False,
-                 results_dir=None, on_step: Step | None = None, wait_s: float = 0.0, retries: int = RETRIES,
-                 backoff_s: float = BACKOFF_S, tags: dict | None = None):
+    command = "bench"               # the runner's subcommand
+    remote_subdir: str | None = None    # under the workdir; None: the artifact's sha256 (deploy: a release)
+
+    def __init__(self, build_dir, device: Device, settings: BenchSettings,
+                 opts: BenchOptions | None = None, *, on_step: Step | None = None,
+                 tags: dict | None = None, backoff_s: float = BACKOFF_S):
+        opts = opts or BenchOptions()
+        self.opts = opts
         from ..api import read_manifest
 
-        self.wait_s = float(wait_s or 0.0)
-        self.retries = max(0, int(retries))
+        self.wait_s = opts.wait
+        self.retries = opts.retries
         self.backoff_s = float(backoff_s)
         self.tags = dict(tags or {})      # top-level keys added to the result (e.g. fleet, sweep)
         self.lease: Lease | None = None
@@ -228,8 +137,8 @@ class Bench:
         self.manifest = read_manifest(self.build_dir)
         self.device = device
         self.settings = settings
-        self.trust_new_host = trust_new_host
-        self.results_dir = Path(results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
+        self.trust_new_host = opts.trust_new_host
+        self.results_dir = Path(opts.results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
         self.on_step = on_step or (lambda step, msg: None)
         self.partial = _Partial()
         self.transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [], "reused": []}
@@ -253,8 +162,8 @@ class Bench:
         return digests
 
     def prepare(self, tr: SSHTransport, digests: dict[str, str]) -> dict:
-        req = {"workdir": self.device.workdir, "subdir": self.manifest["artifact"]["sha256"],
-               "modules": _needed_modules(self.manifest, self.settings),
+        req = {"workdir": self.device.workdir, "subdir": self.remote_subdir or self.manifest["artifact"]["sha256"],
+               "modules": needed_modules(self.manifest, self.settings),
                "mkdirs": sorted({posixpath.dirname(r) for r in digests if posixpath.dirname(r)}),
                "files": sorted(digests)}
         r = tr.python(["-c", REMOTE_PREPARE, json.dumps(req)], timeout=min(self.settings.command_timeout_s, 120),
@@ -276,10 +185,10 @@ class Bench:
                              hint="set workdir = ... in devices.toml to a directory the user can write")
         missing = [m for m, ok in info["modules"].items() if not ok]
         if missing:
+            from .setup import runtime_remedy
             raise self.error(RuntimeMissing, f"runtime missing: {', '.join(missing)} not importable by {info['executable']} "
                              f"(Python {info['python']})",
-                             hint=f"install {' and '.join(missing)} on the device, or point python = ... in "
-                                  "devices.toml at a Python that has them")
+                             hint=runtime_remedy(missing, info.get("machine"), self.device.name))
         self.remote_dir = info["dir"]
         return info
 
@@ -328,7 +237,7 @@ class Bench:
 
     def run_remote(self, tr: SSHTransport, digests: dict[str, str]) -> None:
         s = self.settings
-        argv = [self.device.python, RUNNER_NAME, "bench", self.remote_dir, "--spec", json.dumps(self.spec(digests))]
+        argv = [self.device.python, RUNNER_NAME, self.command, self.remote_dir, "--spec", json.dumps(self.spec(digests))]
         self.on_step("run", f"{RUNNER_NAME} on {self.device.name}")
         try:
             r = tr.run(argv, cwd=self.remote_dir, timeout=s.command_timeout_s, on_line=self.on_line,
@@ -458,10 +367,10 @@ class Bench:
 
     def save_partial(self, exc: DeviceError) -> DeviceError:
         """Keep what was measured before a failure; returns the error to raise."""
-        if not (self.partial.first("latency") or self.partial.first("drift")):
+        if not self.measured():
             return exc
         try:
-            path = write_result(self.results_dir, self.result("incomplete", exc.message))
+            path = self.write(self.result("incomplete", exc.message))
         except Exception:  # noqa: BLE001 - never hide the device error behind a write error
             return exc
         hint = f"{exc.hint}; " if exc.hint else ""
@@ -518,33 +427,36 @@ class Bench:
             tr.close()
         self.timing["finished_at"] = iso(time.time())
         result = self.result()
-        path = write_result(self.results_dir, result)
+        path = self.write(result)
         return BenchOutcome(result, path)
 
+    def measured(self) -> bool:
+        """Whether the runner reported a figure worth keeping in an incomplete result."""
+        return bool(self.partial.first("latency") or self.partial.first("drift"))
 
-def bench(build_dir, device: str, *, runs: int | None = None, warmups=None, timeout: float | None = None,
-          connect_timeout: float | None = None, trust_new_host: bool = False, inventory=None,
-          results_dir=None, on_step: Step | None = None, threads: int | None = None,
-          power_mode: str | None = None, wait: float = 0.0, retries: int = RETRIES,
-          tags: dict | None = None, health: bool = True) -> BenchOutcome:
-    """Bench BUILD_DIR on DEVICE (a name in the inventory). Returns the result and where it was written.
+    def write(self, result: dict) -> Path:
+        return write_result(self.results_dir, result)
 
-    ``threads``/``power_mode`` override the build's runtime settings for this run; ``wait``: seconds
-    to wait for the device's lease; ``retries``: connect attempts after the first. ``health``:
-    refuse a device marked unhealthy and count this bench in its health (see :mod:`.health`).
 
-    Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed, is busy,
-    or is marked unhealthy)."""
+def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
+          on_step: Step | None = None, tags: dict | None = None) -> BenchOutcome:
+    """Bench BUILD_DIR on DEVICE (a name in the inventory). Returns the result and where it
+    was written. ``opts``: see :class:`edgeforge.options.BenchOptions` (``threads`` and
+    ``power_mode`` override the build's runtime settings; ``health``: refuse a device marked
+    unhealthy and count this bench in its health, see :mod:`.health`). ``tags``: top-level
+    keys added to the result.
+
+    Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed, is
+    busy, or is marked unhealthy)."""
     from ..api import read_manifest
 
+    opts = opts or BenchOptions()
     manifest = read_manifest(build_dir)
-    inv = load_inventory(inventory)
+    inv = load_inventory(opts.inventory)
     dev = inv.get(device)
-    settings = resolve_settings(manifest, dev, runs=runs, warmups=warmups, timeout=timeout,
-                                connect_timeout=connect_timeout, threads=threads, power_mode=power_mode)
-    b = Bench(build_dir, dev, settings, trust_new_host=trust_new_host, results_dir=results_dir,
-              on_step=on_step, wait_s=wait, retries=retries, tags=tags)
-    return guarded(inv.path, dev.name, b.run, enabled=health)
+    b = Bench(build_dir, dev, resolve_settings(manifest, dev, opts), opts, on_step=on_step,
+              tags=tags)
+    return guarded(inv.path, dev.name, b.run, enabled=opts.health)
 
 
 def guarded(inventory_path, name: str, fn, *, enabled: bool = True, store=None):

@@ -6,7 +6,7 @@ import json
 from ..errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
 from ..runner import RUNNER_FILE
 from ..targets import load_target
-from .bench import RUNTIME_FOR_BACKEND, arch_matches
+from .settings import RUNTIME_FOR_BACKEND, arch_matches
 from .inventory import load_inventory
 from .transport import SSHTransport
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import Busy, ConfigError, DeviceError, EdgeforgeError, Unhealthy
-from .bench import RETRIES, Bench, build_files, guarded, resolve_settings
+from ..options import BenchOptions
+from .bench import Bench, build_files, guarded, resolve_settings
 from .health import UNHEALTHY_AFTER, HealthStore, skip_note
 from .inventory import Device, load_inventory, select_devices
 
@@ -134,22 +135,21 @@ def plan(build_dirs, selector: str, inventory=None) -> tuple[object, list[Device
     return inv, runs
 
 
-def fleet_bench(build_dirs, devices: str, *, inventory=None, runs=None, warmups=None, timeout=None,
-                connect_timeout=None, threads=None, power_mode=None, wait: float = 0.0, retries: int = RETRIES,
-                jobs: int | None = None, trust_new_host: bool = False, results_dir=None,
-                on_step: FleetStep | None = None, health: bool = True,
+def fleet_bench(build_dirs, devices: str, opts: BenchOptions | None = None, *,
+                jobs: int | None = None, on_step: FleetStep | None = None,
                 unhealthy_after: int = UNHEALTHY_AFTER) -> FleetOutcome:
-    """Bench every build on every selected device whose target it is (see the module doc)."""
+    """Bench every build on every selected device whose target it is (see the module doc).
+    ``jobs``: devices benched at once (default: all)."""
+    opts = opts or BenchOptions()
+    health = opts.health
     on_step = on_step or (lambda dev, step, msg: None)
-    inv, device_runs = plan(build_dirs, devices, inventory)
+    inv, device_runs = plan(build_dirs, devices, opts.inventory)
     fid = new_id("fleet")
     store = HealthStore(inv.path, unhealthy_after)
     settings = {}
     for r in device_runs:                       # flags are checked before anything runs
         for j in r.jobs:
-            settings[id(j)] = resolve_settings(j.manifest, r.device, runs=runs, warmups=warmups, timeout=timeout,
-                                               connect_timeout=connect_timeout, threads=threads,
-                                               power_mode=power_mode)
+            settings[id(j)] = resolve_settings(j.manifest, r.device, opts)
     if health:
         for r in device_runs:
             entry = store.unhealthy(r.name) if r.jobs else None
@@ -166,8 +166,7 @@ def fleet_bench(build_dirs, devices: str, *, inventory=None, runs=None, warmups=
         def benches():
             for i, job in enumerate(r.jobs):
                 step("build", f"{job.label} ({i + 1} of {len(r.jobs)})")
-                b = Bench(job.build_dir, r.device, settings[id(job)], trust_new_host=trust_new_host,
-                          results_dir=results_dir, on_step=step, wait_s=wait, retries=retries,
+                b = Bench(job.build_dir, r.device, settings[id(job)], opts, on_step=step,
                           tags={"fleet": {"id": fid}})
                 try:
                     out = b.run()

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DeviceError, Unhealthy
-from .bench import RETRIES, Bench, Step, guarded, resolve_settings
+from ..options import BenchOptions, BuildOptions
+from .bench import Bench, Step, guarded, resolve_settings
 from .fleet import new_id
 from .inventory import load_inventory
 
@@ -91,16 +92,30 @@ def parse_list(text: str | None, kind=str, what: str = "value") -> list | None:
     return list(dict.fromkeys(values))
 
 
-def sweep(project, target: str, device: str, *, backend: str | None = None, precisions=None, threads=None,
-          power_modes=None, out=None, no_cache: bool = False, runs=None, warmups=None, timeout=None,
-          connect_timeout=None, wait: float = 0.0, retries: int = RETRIES, trust_new_host: bool = False,
-          inventory=None, results_dir=None, on_step: Step | None = None, health: bool = True) -> SweepOutcome:
+@dataclass(frozen=True)
+class SweepAxes:
+    """What a sweep varies; each None means its default (fp32,int8; 1, 2, 4, ... cores; the
+    target's power modes)."""
+    precisions: list[str] | None = None
+    threads: list[int] | None = None
+    power_modes: list[str] | None = None
+
+
+def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
+          build: BuildOptions | None = None, bench: BenchOptions | None = None, *,
+          out=None, on_step: Step | None = None) -> SweepOutcome:
+    """Build PROJECT per precision (``build``: backend, cache), then bench every point of
+    precision x threads x power mode on DEVICE (``bench``), one result per point.
+    ``out``: the parent directory of the builds."""
     from .. import api
     from ..project import load_project
     from ..targets import load_target
 
+    axes, build, bench = axes or SweepAxes(), build or BuildOptions(), bench or BenchOptions()
+    precisions, threads, power_modes = axes.precisions, axes.threads, axes.power_modes
+    backend, health = build.backend, bench.health
     on_step = on_step or (lambda step, msg: None)
-    inv = load_inventory(inventory)
+    inv = load_inventory(bench.inventory)
     dev = inv.get(device)
     if dev.target != target:
         raise ConfigError(f"device {dev.name} is a {dev.target}, not a {target}", hint=f"use --target {dev.target}")
@@ -135,7 +150,7 @@ def sweep(project, target: str, device: str, *, backend: str | None = None, prec
             outcome.notes.append(f"{prec} skipped: {exc.one_line()}")
             continue
         on_step("build", f"{name} {target} {backend} {prec}")
-        res = api.build(project, target, backend=backend, precision=prec, no_cache=no_cache,
+        res = api.build(project, target, build.model_copy(update={"backend": backend, "precision": prec}),
                         out=(Path(out) / f"{name}-{target}-{backend}-{prec}") if out else None,
                         on_event=lambda n, phase, info: on_step("build", f"{prec}: {n} {phase}"),
                         log=lambda msg: on_step("build", f"{prec}: {msg}"))
@@ -156,8 +171,9 @@ def sweep(project, target: str, device: str, *, backend: str | None = None, prec
             for mode in modes:
                 outcome.points.append(SweepPoint(prec, t, mode, bdir))
     manifests = {prec: read_manifest(b) for prec, b in builds.items()}
-    settings = {id(p): resolve_settings(manifests[p.precision], dev, runs=runs, warmups=warmups, timeout=timeout,
-                                        connect_timeout=connect_timeout, threads=p.threads, power_mode=p.power_mode)
+    settings = {id(p): resolve_settings(manifests[p.precision], dev,
+                                        bench.model_copy(update={"threads": p.threads,
+                                                                 "power_mode": p.power_mode}))
                 for p in outcome.points}
     n = len(outcome.points)
 
@@ -167,8 +183,7 @@ def sweep(project, target: str, device: str, *, backend: str | None = None, prec
                              + (f", {p.power_mode}" if p.power_mode else ""))
             tags = {"sweep": {"id": outcome.id, "index": i, "points": n,
                               "point": {"precision": p.precision, "threads": p.threads, "power_mode": p.power_mode}}}
-            b = Bench(p.build_dir, dev, settings[id(p)], trust_new_host=trust_new_host, results_dir=results_dir,
-                      on_step=on_step, wait_s=wait, retries=retries, tags=tags)
+            b = Bench(p.build_dir, dev, settings[id(p)], bench, on_step=on_step, tags=tags)
             try:
                 o = b.run()
             except DeviceError as exc:

@@ -95,6 +95,7 @@ def test_quote_command_reports_signals():
 def test_partial_result_is_valid(tmp_path):
     """What a runner reported before a failure becomes an 'incomplete' result."""
     from edgeforge.device.bench import Bench, resolve_settings
+    from edgeforge.options import BenchOptions
     from edgeforge.device.inventory import Device
     from edgeforge.errors import DeviceError
     from edgeforge.results.schema import read_result
@@ -108,7 +109,7 @@ def test_partial_result_is_valid(tmp_path):
     (tmp_path / "build").mkdir()
     (tmp_path / "build" / "manifest.json").write_text(json.dumps(manifest))
     dev = Device(name="d", host="h", target="linux-x86", workdir="/w")
-    b = Bench(tmp_path / "build", dev, resolve_settings(manifest, dev), results_dir=tmp_path / "results")
+    b = Bench(tmp_path / "build", dev, resolve_settings(manifest, dev), BenchOptions(results_dir=tmp_path / "results"))
     for ev in [{"event": "start", "pid": 1}, {"event": "fingerprint", "when": "before", "fingerprint": {"temp_c": 40.0}},
                {"event": "latency", "warmups": 2, "samples_ms": [1.0, 2.0, 3.0], "peak_rss_mb": 50.0,
                 "runtime": {"name": "onnxruntime", "version": "1.23"}}]:
@@ -121,6 +122,6 @@ def test_partial_result_is_valid(tmp_path):
     assert r["device"]["fingerprint"]["temp_c_before"] == 40.0 and r["drift"]["cosine"] is None
     assert "lost" in r["error"] and path.name.endswith("-incomplete.json")
     # nothing measured yet: nothing written, the error unchanged
-    b2 = Bench(tmp_path / "build", dev, resolve_settings(manifest, dev), results_dir=tmp_path / "r2")
+    b2 = Bench(tmp_path / "build", dev, resolve_settings(manifest, dev), BenchOptions(results_dir=tmp_path / "r2"))
     e = DeviceError("d", "x")
     assert b2.save_partial(e) is e and not (tmp_path / "r2").exists()

@@ -1,0 +1,118 @@
+"""What a bench ships and how it runs: the settings resolved for one build on one device,
+the files it uploads, and whether a device's architecture is the target's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..options import BenchOptions, parse_warmups
+from ..runner import RUNNER_FILE
+from .inventory import Device
+
+RUNNER_NAME = "edgeforge_runner.py"
+PREPARE_PREFIX = "@@edgeforge-prepare "
+
+# Runs on the device before anything is uploaded: standard library only.
+REMOTE_PREPARE = r'''
+import hashlib, importlib.util, json, os, platform, sys
+req = json.loads(sys.argv[1])
+out = {"python": platform.python_version(), "executable": sys.executable,
+       "machine": platform.machine(), "modules": {}, "digests": {}}
+for m in req["modules"]:
+    try:
+        out["modules"][m] = importlib.util.find_spec(m) is not None
+    except Exception:
+        out["modules"][m] = False
+d = os.path.abspath(os.path.join(os.path.expanduser(req["workdir"]), req["subdir"]))
+out["dir"] = d
+try:
+    for sub in [""] + req["mkdirs"]:
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+    out["writable"] = os.access(d, os.W_OK)
+except OSError as e:
+    out["writable"] = False
+    out["error"] = "%s: %s" % (e.strerror, e.filename)
+for rel in req["files"]:
+    try:
+        h = hashlib.sha256()
+        with open(os.path.join(d, rel), "rb") as f:
+            for b in iter(lambda: f.read(1 << 20), b""):
+                h.update(b)
+        out["digests"][rel] = h.hexdigest()
+    except OSError:
+        out["digests"][rel] = None
+print("@@edgeforge-prepare " + json.dumps(out))
+'''
+
+ARCH_ALIASES = {
+    "x86_64": {"x86_64", "amd64"},
+    "arm64": {"aarch64", "arm64"},
+    "armv7": {"armv7l", "armv7", "armv8l", "armhf"},
+}
+RUNTIME_FOR_BACKEND = {"onnx": "onnxruntime", "lite": "paddlelite"}
+
+def arch_matches(target_arch: str, machine: str | None) -> bool:
+    return (machine or "").lower() in ARCH_ALIASES.get(target_arch, {target_arch})
+
+
+@dataclass
+class BenchSettings:
+    warmups: str | int
+    runs: int
+    threads: int | None
+    power_mode: str | None
+    connect_timeout_s: float
+    command_timeout_s: float
+    runner: str                      # "python" or "benchmark_bin"
+    benchmark_bin: str | None = None
+
+
+def resolve_settings(manifest: dict, device: Device, opts: BenchOptions | None = None) -> BenchSettings:
+    """Bench settings: the options given, else the build's target profile. ``threads`` and
+    ``power_mode`` override the build's runtime settings for this run (a sweep point)."""
+    o = opts or BenchOptions()
+    runs, warmups, timeout, connect_timeout = o.runs, o.warmups, o.timeout, o.connect_timeout
+    threads, power_mode = o.threads, o.power_mode
+    bench = dict((manifest.get("target_profile") or {}).get("bench") or {})
+    rt = manifest.get("runtime") or {}
+    runner = bench.get("runner", "python")
+    if manifest["backend"] != "lite":
+        runner = "python"
+    elif device.benchmark_bin:
+        runner = "benchmark_bin"
+    settings = BenchSettings(
+        warmups=parse_warmups(warmups if warmups is not None else bench.get("warmups", "auto")),
+        runs=int(runs if runs is not None else bench.get("runs", 100)),
+        threads=int(threads) if threads is not None else rt.get("threads"),
+        power_mode=power_mode if power_mode is not None else rt.get("power_mode"),
+        connect_timeout_s=float(connect_timeout if connect_timeout is not None else bench.get("connect_timeout_s", 10)),
+        command_timeout_s=float(timeout if timeout is not None else bench.get("command_timeout_s", 600)),
+        runner=runner, benchmark_bin=device.benchmark_bin or ("benchmark_bin" if runner == "benchmark_bin" else None))
+    if settings.runs <= 0:
+        raise ConfigError("--runs must be > 0")
+    if settings.threads is not None and settings.threads <= 0:
+        raise ConfigError("--threads must be > 0")
+    if settings.command_timeout_s <= 0 or settings.connect_timeout_s <= 0:
+        raise ConfigError("timeouts must be > 0")
+    return settings
+
+
+def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
+    """The files a bench ships, by their path under the remote directory."""
+    art = manifest["artifact"]
+    files = {art["path"]: build_dir / art["path"],
+             manifest["reference"]["inputs"]: build_dir / manifest["reference"]["inputs"],
+             manifest["reference"]["outputs"]: build_dir / manifest["reference"]["outputs"],
+             RUNNER_NAME: RUNNER_FILE}
+    for rel, path in files.items():
+        if not path.is_file():
+            raise ConfigError(f"{build_dir}: {rel} is missing", hint="rebuild with `edgeforge build`")
+    return files
+
+
+def needed_modules(manifest: dict, settings: BenchSettings) -> list[str]:
+    mods = ["numpy"]
+    if settings.runner == "python":
+        mods.append(RUNTIME_FOR_BACKEND[manifest["backend"]])
+    return mods

@@ -1,0 +1,101 @@
+"""The build manifest (``manifest.json``, schema ``edgeforge.build/1``) and the metadata the
+passes hand each other on the way to it.
+
+:class:`BuildMeta` is what the last pass's ``meta`` holds. Every field that is not marked
+``internal`` goes into the manifest as it is: a new manifest field is one line here (and the
+pass that sets it). Keys a pass adds that are not declared here travel on between passes but
+stay out of the manifest.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import __version__
+from .cache import sha256_file
+from .errors import ConfigError
+
+BUILD_SCHEMA = "edgeforge.build/1"
+
+
+def _internal(default=None, **kw):
+    return Field(default, json_schema_extra={"internal": True}, **kw)
+
+
+class BuildMeta(BaseModel):
+    """What the passes hand each other (``Artifact.meta``), typed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    file: str = _internal("")                     # the artifact's file name in its directory
+    precision: str = _internal("fp32")
+    num_eval_samples: Optional[int] = _internal()  # -> manifest.reference.samples
+    artifact_sha256: Optional[str] = _internal()   # -> manifest.artifact.sha256 (recomputed)
+
+    float_size_bytes: Optional[int] = None        # the float artifact, for the size ratio
+    verify: dict[str, Any] = {}                   # verify's figures and status
+    quantization: Optional[dict[str, Any]] = None  # calibration algo, scheme, fast paths
+    keep_float: list[str] = []                    # layers kept in float
+    accuracy_budget: Optional[dict[str, Any]] = None
+    calibration_search: Optional[list[dict[str, Any]]] = None
+    rewrites: list[dict[str, Any]] = []           # legalize rewrites and their op counts
+
+    def manifest_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name, f in type(self).model_fields.items()
+                if not (f.json_schema_extra or {}).get("internal")}
+
+
+def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
+    """The manifest of ``build`` (a ResolvedBuild) of ``project``: ``final`` is the last
+    pass's artifact, ``steps`` the pipeline's step records."""
+    meta = BuildMeta.model_validate(final.meta)
+    target, backend, precision = build.target, build.backend, build.precision
+    art = final.path / meta.file
+    bcfg = target.backend_config(backend)
+    runtime = {"threads": target.runtime.threads, "power_mode": target.runtime.power_mode}
+    if backend == "onnx":
+        runtime["execution_providers"] = list(bcfg.execution_providers)
+        runtime["provider_options"] = bcfg.provider_options(precision)   # the runner applies them
+    else:
+        runtime["valid_targets"] = list(bcfg.valid_targets)
+    return {
+        "schema": BUILD_SCHEMA,
+        "name": project.name,
+        "target": target.name,
+        "backend": backend,
+        "precision": precision,
+        "artifact": {"path": meta.file, "sha256": sha256_file(art), "size_bytes": art.stat().st_size},
+        "steps": [s.to_json() for s in steps],
+        **meta.manifest_fields(),
+        "inputs": [i.model_dump() for i in project.inputs],
+        "reference": {"inputs": "reference/eval_inputs.npz",
+                      "outputs": "reference/float_outputs.npz",
+                      "samples": meta.num_eval_samples},
+        "runtime": runtime,
+        "target_profile": {"arch": target.hardware.arch, "soc": target.hardware.soc,
+                           "bench": target.bench.model_dump(mode="json")},
+        "toolchain": toolchain,
+        "edgeforge_version": __version__,
+        "host": {"machine": platform.machine(), "python": platform.python_version()},
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def read_manifest(build_dir: str | Path) -> dict:
+    path = Path(build_dir) / "manifest.json"
+    if not path.is_file():
+        raise ConfigError(f"{build_dir} is not an edgeforge build: no manifest.json",
+                          hint="run `edgeforge build` first")
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if manifest.get("schema") != BUILD_SCHEMA:
+        raise ConfigError(f"{path}: unknown schema {manifest.get('schema')!r}, "
+                          f"this edgeforge reads {BUILD_SCHEMA}")
+    return manifest

@@ -1,0 +1,155 @@
+"""What a caller asks of a build or a bench, typed once and passed down whole.
+
+- :class:`BuildOptions`: what ``edgeforge build`` takes (each ``None`` means "the target's").
+  :meth:`BuildOptions.resolve` turns it, against a target, into a :class:`ResolvedBuild`
+  in which every choice is made: backend, precision, calibration, the accuracy budget.
+- :class:`BenchOptions`: what ``edgeforge bench`` takes (runs, timeouts, leases, retries,
+  where the inventory and the results are). The device-specific settings are resolved per
+  build and device by :func:`edgeforge.device.bench.resolve_settings`.
+
+Both are strict and frozen: an unknown option is refused, a derived one is
+``opts.model_copy(update={...})``. ``BuildOptions.of(base, **overrides)`` is how the
+keyword-style library calls (``api.build(p, t, precision="fp32")``) become one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .config import parse_model
+from .errors import ConfigError
+from .targets import BackendKind, CalibrationAlgo, Precision, TargetProfile
+
+PathLike = Union[str, Path]
+RETRIES = 2                 # connect attempts after the first, for transient failures
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @classmethod
+    def of(cls, base=None, /, **overrides):
+        """``base`` (or the defaults) with ``overrides``; an unknown name is a TypeError, as
+        for any Python call, and a bad value a one-line ConfigError."""
+        unknown = sorted(set(overrides) - set(cls.model_fields))
+        if unknown:
+            raise TypeError(f"{cls.__name__}: unexpected option(s) {', '.join(unknown)}")
+        if base is None and not overrides:
+            return cls()
+        data = base.model_dump() if base is not None else {}
+        return parse_model(cls, {**data, **overrides}, cls.__name__)
+
+
+class BuildOptions(_Options):
+    precision: Optional[Precision] = None
+    backend: Optional[BackendKind] = None
+    algo: Optional[CalibrationAlgo] = None            # calibration algorithm (--calibration)
+    max_accuracy_drop: Optional[float] = Field(None, ge=0)   # INT8 budget, points (labels)
+    min_cosine: Optional[float] = Field(None, gt=0, le=1)    # INT8 budget without labels
+    keep_float: Optional[list[str]] = None            # layers kept in float
+    calibration_search: bool = False
+    float_fallback: bool = True                       # on a missed budget: float layers
+    legalize: bool = True
+    no_cache: bool = False
+    cache_dir: Optional[PathLike] = None
+
+    def resolve(self, target: TargetProfile) -> "ResolvedBuild":
+        """Every choice made once, against ``target``. Raises ConfigError for a backend the
+        target lacks or a precision its runtime cannot run."""
+        backend = self.backend or target.backend.default
+        target.backend_config(backend)
+        q = target.quantization
+        return ResolvedBuild(
+            target=target, backend=backend,
+            precision=resolve_precision(target, backend, self.precision),
+            algo=self.algo or q.algo, algo_fixed=self.algo is not None,
+            keep_float=tuple(self.keep_float if self.keep_float is not None else q.keep_float),
+            max_accuracy_drop=(q.max_accuracy_drop if self.max_accuracy_drop is None
+                               else self.max_accuracy_drop),
+            min_cosine=q.min_cosine if self.min_cosine is None else self.min_cosine,
+            calibration_search=self.calibration_search, float_fallback=self.float_fallback,
+            legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir)
+
+
+@dataclass(frozen=True)
+class ResolvedBuild:
+    """A build with every choice made (see :meth:`BuildOptions.resolve`)."""
+
+    target: TargetProfile
+    backend: str
+    precision: str
+    algo: str
+    algo_fixed: bool                 # --calibration given: the fallback keeps that algorithm
+    keep_float: tuple[str, ...]
+    max_accuracy_drop: float         # the accuracy budget, resolved once
+    min_cosine: float
+    calibration_search: bool
+    float_fallback: bool
+    legalize: bool
+    use_cache: bool
+    cache_dir: PathLike | None
+
+    @property
+    def valid_targets(self) -> list[str]:
+        return list(getattr(self.target.backend_config(self.backend), "valid_targets", []))
+
+
+def resolve_precision(target: TargetProfile, backend: str, precision: str | None) -> str:
+    """The precision asked for, else the target's for ``backend``; refuses what the runtime
+    cannot run correctly."""
+    chosen = precision or target.precision_for(backend)
+    bcfg = target.backend_config(backend)
+    if backend == "lite":
+        if chosen == "int8" and "x86" in bcfg.valid_targets:
+            raise ConfigError(
+                "Paddle Lite x86 INT8 kernels give wrong outputs (chance-level accuracy)",
+                hint="use --precision fp32 for the lite backend on x86, or --backend onnx for INT8",
+            )
+        if chosen == "fp16" and "arm" not in bcfg.valid_targets:
+            raise ConfigError("Paddle Lite fp16 needs an arm valid target",
+                              hint="use --precision fp32")
+    return chosen
+
+
+class BenchOptions(_Options):
+    runs: Optional[int] = Field(None, gt=0)               # timed runs (default: the target's)
+    warmups: Union[int, Literal["auto"], None] = None     # 'auto', a count, or the target's
+    timeout: Optional[float] = Field(None, gt=0)          # seconds for the run on the device
+    connect_timeout: Optional[float] = Field(None, gt=0)
+    threads: Optional[int] = Field(None, gt=0)            # override the build's runtime
+    power_mode: Optional[str] = None
+    wait: float = Field(0.0, ge=0)                        # seconds to wait for a held lease
+    retries: int = Field(RETRIES, ge=0)                   # connects after a transient failure
+    trust_new_host: bool = False
+    inventory: Optional[PathLike] = None
+    results_dir: Optional[PathLike] = None
+    health: bool = True                 # refuse unhealthy devices, count this bench
+
+    @field_validator("warmups", mode="before")
+    @classmethod
+    def _warmups(cls, v):
+        return None if v is None else parse_warmups(v)
+
+    @field_validator("timeout", "connect_timeout", "wait", mode="before")
+    @classmethod
+    def _seconds(cls, v):
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def parse_warmups(value) -> str | int:
+    """'auto' or a count >= 0 (also given as text); None means 'auto'."""
+    if value is None or value == "auto":
+        return "auto"
+    if isinstance(value, bool):
+        raise ConfigError(f"--warmups must be 'auto' or a count, not {value!r}")
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--warmups must be 'auto' or a count, not {value!r}") from None
+    if n < 0:
+        raise ConfigError("--warmups must be >= 0")
+    return n
+
