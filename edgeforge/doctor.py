@@ -130,17 +130,9 @@ def check_binfmt(root: Path = Path("/proc/sys/fs/binfmt_misc")) -> Item:
                 "qemu-aarch64 not registered", "update-binfmts --enable qemu-aarch64")
 
 
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return set()
-    m = re.search(r"^(?:flags|Features)\s*:(.*)$", cpuinfo, re.M)
-    return set(m.group(1).split()) if m else set()
-
-
 def check_cpu(cpuinfo: str | None = None) -> Item:
+    from .runner.edgeforge_runner import cpu_flags   # the runner's fingerprint reads the same
+
     f = cpu_flags(cpuinfo)
     vnni = bool({"avx512_vnni", "avx_vnni"} & f)
     has = {"AVX2": "avx2" in f, "VNNI": vnni, "AVX-512": "avx512f" in f}
