@@ -17,3 +17,31 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
     exe = Path(sys.executable).with_name("edgeforge")
     full_env = dict(os.environ, **(env or {}), COLUMNS="120")
     return subprocess.run([str(exe), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def tiny_project(root: Path, name: str, model_src: str, shape: list[int], samples: int = 32) -> Path:
+    """A one-input project (factory ``model:build``, no weights) with N(0,1) calibration and
+    evaluation data of ``shape`` (first dim -1)."""
+    import textwrap
+
+    import numpy as np
+
+    root.mkdir(parents=True)
+    (root / "model.py").write_text(model_src)
+    (root / "edgeforge.toml").write_text(textwrap.dedent(f"""
+        name = "{name}"
+        [model]
+        factory = "model:build"
+        [[model.inputs]]
+        name = "x"
+        shape = {list(shape)}
+        dtype = "float32"
+        [data]
+        calibration = "data/calib.npz"
+        evaluation = "data/eval.npz"
+        """))
+    (root / "data").mkdir()
+    rng = np.random.default_rng(0)
+    for part in ("calib", "eval"):
+        np.savez(root / "data" / f"{part}.npz", x=rng.normal(size=(samples, *shape[1:])).astype("float32"))
+    return root

@@ -260,9 +260,8 @@ class OnnxQuantizePass(Pass):
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         import onnx
-        from onnxruntime.quantization.shape_inference import quant_pre_process
-
         from ..quant.budget import onnx_rank
+        from ..quant.onnx_ptq import pre_process
         from ..runner import edgeforge_runner as runner
 
         from ..contracts import onnx_scheme
@@ -272,7 +271,7 @@ class OnnxQuantizePass(Pass):
         batches = calibration_batches(ctx, cfg)
         pre = ctx.workdir / "quantize-pre.onnx"
         with quiet_stdout():
-            quant_pre_process(str(inp.path / "model.onnx"), str(pre))
+            pre_info = pre_process(inp.path / "model.onnx", pre)
         feeds, labels = evaluation_set(ctx)
         scratch = ctx.workdir / "quantize-onnx"
         scratch.mkdir(exist_ok=True)
@@ -292,6 +291,7 @@ class OnnxQuantizePass(Pass):
             rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
+        meta["quantization"]["pre_process"] = pre_info
         meta["quantization"]["scheme"] = dict(self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag,
                                               host_cpu_flags=flags)
         meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),

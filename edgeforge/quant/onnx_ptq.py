@@ -244,3 +244,28 @@ def float_inputs(pre_path, qdq_path, keep) -> int:
     onnx.save(model, str(qdq_path))
     return rewired
 
+
+
+def pre_process(src, dst) -> dict:
+    """onnxruntime's documented pre-processing (TOOLCHAIN trap 8), surviving graphs its symbolic
+    shape inference cannot finish (e.g. a UNet's bilinear Resize after a ConvTranspose:
+    "Incomplete symbolic shape inference"): retried with ``auto_merge`` (merge conflicting
+    symbolic dims), then with the symbolic pass skipped (onnx's own shape inference only).
+    Returns what ran, for the manifest: ``{"symbolic_shape": "ok"|"auto_merge"|"skipped", ...}``."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    tries = [("ok", {}), ("auto_merge", {"auto_merge": True}), ("skipped", {"skip_symbolic_shape": True})]
+    errors: list[str] = []
+    for mode, kwargs in tries:
+        try:
+            quant_pre_process(str(src), str(dst), **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the next try, or raise the last
+            errors.append(f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
+            if mode == "skipped":
+                raise
+            continue
+        info = {"symbolic_shape": mode, "shape_inference": "onnx" if mode == "skipped" else "onnxruntime symbolic"}
+        if errors:
+            info["symbolic_errors"] = errors
+        return info
+    raise AssertionError("unreachable")

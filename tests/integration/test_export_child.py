@@ -6,10 +6,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
-
-from helpers import run_cli
+from helpers import run_cli, tiny_project
 
 from edgeforge import api
 from edgeforge.errors import ExitCode, PassError
@@ -17,8 +15,7 @@ from edgeforge.errors import ExitCode, PassError
 
 def _project(root: Path, body: str) -> Path:
     """A tiny project whose factory runs ``body`` before returning a Linear layer."""
-    root.mkdir(parents=True)
-    (root / "model.py").write_text(textwrap.dedent("""
+    src = textwrap.dedent("""
         import os
         import signal
         import sys
@@ -29,23 +26,8 @@ def _project(root: Path, body: str) -> Path:
         def build():
         {body}
             return paddle.nn.Linear(4, 2)
-        """).format(body=textwrap.indent(textwrap.dedent(body).strip(), "    ")))
-    (root / "edgeforge.toml").write_text(textwrap.dedent("""
-        name = "child"
-        [model]
-        factory = "model:build"
-        [[model.inputs]]
-        name = "x"
-        shape = [-1, 4]
-        dtype = "float32"
-        [data]
-        calibration = "data/calib.npz"
-        evaluation = "data/eval.npz"
-        """))
-    (root / "data").mkdir()
-    np.savez(root / "data" / "calib.npz", x=np.ones((8, 4), "float32"))
-    np.savez(root / "data" / "eval.npz", x=np.ones((8, 4), "float32"))
-    return root
+        """).format(body=textwrap.indent(textwrap.dedent(body).strip(), "    "))
+    return tiny_project(root, "child", src, [-1, 4], samples=8)
 
 
 def _one_error_line(res) -> str:

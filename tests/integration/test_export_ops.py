@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import tiny_project
 
 from edgeforge.paddle_env import import_paddle, paddle_inference
 from edgeforge.passes import export_compat
@@ -107,9 +108,7 @@ ALL_OPS = """
 
 @pytest.fixture(scope="module")
 def all_ops_project(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("all-ops") / "proj"
-    root.mkdir()
-    (root / "model.py").write_text(textwrap.dedent("""
+    src = textwrap.dedent("""
         import paddle
         import paddle.nn as nn
         import paddle.nn.functional as F
@@ -126,24 +125,8 @@ def all_ops_project(tmp_path_factory) -> Path:
         def build():
             paddle.seed(0)
             return Net()
-        """).format(body=textwrap.indent(textwrap.dedent(ALL_OPS).strip(), " " * 8)))
-    (root / "edgeforge.toml").write_text(textwrap.dedent("""
-        name = "all-ops"
-        [model]
-        factory = "model:build"
-        [[model.inputs]]
-        name = "x"
-        shape = [-1, 8, 16]
-        dtype = "float32"
-        [data]
-        calibration = "data/calib.npz"
-        evaluation = "data/eval.npz"
-        """))
-    (root / "data").mkdir()
-    rng = np.random.default_rng(0)
-    np.savez(root / "data" / "calib.npz", x=rng.normal(size=(16, 8, 16)).astype("float32"))
-    np.savez(root / "data" / "eval.npz", x=rng.normal(size=(16, 8, 16)).astype("float32"))
-    return root
+        """).format(body=textwrap.indent(textwrap.dedent(ALL_OPS).strip(), " " * 8))
+    return tiny_project(tmp_path_factory.mktemp("all-ops") / "proj", "all-ops", src, [-1, 8, 16], samples=16)
 
 
 @pytest.mark.parametrize("column", [dict(target="rpi4", precision="fp32"),
