@@ -59,11 +59,18 @@ def cmd_targets(args) -> int:
             print(json.dumps(t.model_dump(mode="json"), indent=2))
             return ExitCode.OK
         con.print(f"[bold]{t.name}[/bold]: {t.description}")
+        def table(name, val):          # nested tables (backend.onnx.rules.X) get their own header
+            con.print(f"[bold]\\[{name}][/bold]")
+            for k, v in val.items():
+                if not isinstance(v, dict):
+                    con.print(f"  {k} = {v}")
+            for k, v in val.items():
+                if isinstance(v, dict) and v:
+                    table(f"{name}.{k}", v)
+
         for section, val in t.model_dump(mode="json").items():
             if isinstance(val, dict):
-                con.print(f"[bold]\\[{section}][/bold]")
-                for k, v in val.items():
-                    con.print(f"  {k} = {v}")
+                table(section, val)
             elif section not in ("name", "description"):
                 con.print(f"{section} = {val}")
         return ExitCode.OK
