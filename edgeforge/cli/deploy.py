@@ -208,11 +208,9 @@ def print_releases(device: str, name: str, st, shown: int) -> None:
     con.print(t)
     if st.current is None:
         con.print("current: none", markup=False)
-    h = Table(title="history", title_justify="left")
-    for col in ("time", "who", "from", "to", "reason"):
-        h.add_column(col, overflow="fold")
+    con.print(f"history (last {min(shown, len(st.history))} of the switches read):", markup=False)
     for line in st.history[-shown:]:
-        h.add_row(escape(line.get("time", "?")), escape(f"{line.get('user')}@{line.get('host')}"),
-                  escape(line.get("from") or "-"), escape(line.get("to") or "-"),
-                  escape(f"{line.get('action', '')}: {line.get('reason', '')}"))
-    con.print(h)
+        con.print(f"  {line.get('time', '?')}  {line.get('action', '?')} by {line.get('user')}@{line.get('host')}: "
+                  f"{line.get('reason', '')}", markup=False)
+        con.print(f"      {line.get('from') or 'none'}{' (missing)' if line.get('from_missing') else ''}"
+                  f" -> {line.get('to') or 'none'}", markup=False)

@@ -14,7 +14,9 @@ ids sort in deploy order. Every change runs :data:`REMOTE_RELEASES` (standard li
 the device under ``flock`` on ``.lock``:
 
 - ``state``: the releases (sealed or incomplete), where ``current`` points (and whether that
-  release exists), the release before it, the history;
+  release exists), the release before it, the history. "The release before current" is the one
+  the switch to current came from (history), if it is still there and sealed; else the newest
+  sealed release older than current. ``rollback`` goes there by default;
 - ``link``: files of a new release that another release (or a bench directory) on the device
   already holds, by sha256, are linked or copied instead of uploaded;
 - ``seal``: check every file's sha256 and write ``release.json``: only a sealed release may
@@ -100,7 +102,15 @@ def current():
     i = os.path.basename(os.readlink(cur).rstrip("/"))
     return i, os.path.isfile(os.path.join(rel_dir, i, "release.json"))
 def previous(c):
-    older = [i for i in ids() if meta(i) is not None and c is not None and i < c]
+    if c is None:
+        return None
+    for h in reversed(history(1000)):
+        if h.get("to") == c:
+            f = h.get("from")
+            if f and f != c and meta(f) is not None:
+                return f
+            break
+    older = [i for i in ids() if meta(i) is not None and i < c]
     return older[-1] if older else None
 def history(n):
     try:

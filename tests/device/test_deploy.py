@@ -1,0 +1,240 @@
+"""deploy / rollback / releases against a real sshd on loopback.
+
+v1 is the digits ONNX INT8 build; v2 the same model in a different artifact (another ONNX
+doc_string, so another sha256); v3 an artifact whose drift is over the build's budget (the last
+layer's per-class weight scales changed, so it predicts other classes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgeforge.cache import sha256_file
+
+pytestmark = pytest.mark.device
+
+NAME = "digits"
+
+
+def make_variant(src: Path, dst: Path, mutate) -> Path:
+    """A copy of the build ``src`` whose model.onnx ``mutate`` changed, its manifest re-digested."""
+    import onnx
+
+    shutil.copytree(src, dst)
+    model = onnx.load(str(dst / "model.onnx"))
+    mutate(model)
+    onnx.save(model, str(dst / "model.onnx"))
+    m = json.loads((dst / "manifest.json").read_text())
+    m["artifact"]["sha256"] = sha256_file(dst / "model.onnx")
+    m["artifact"]["size_bytes"] = (dst / "model.onnx").stat().st_size
+    (dst / "manifest.json").write_text(json.dumps(m, indent=2))
+    return dst
+
+
+def _doc(text):
+    def mutate(model):
+        model.doc_string = text
+    return mutate
+
+
+def _over_budget(model):
+    """Class 0's weight scale x40: most inputs now come out as 0 (accuracy far below budget)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    init = next(i for i in model.graph.initializer if i.name == "linear_1.w_0_scale")
+    scale = numpy_helper.to_array(init).copy()
+    scale[0] *= 40.0
+    init.CopyFrom(numpy_helper.from_array(scale.astype(np.float32), init.name))
+
+
+@pytest.fixture(scope="session")
+def versions(builds, tmp_path_factory):
+    root = tmp_path_factory.mktemp("versions")
+    return {"v1": builds.onnx,
+            "v2": make_variant(builds.onnx, root / "v2", _doc("digits v2")),
+            "v3": make_variant(builds.onnx, root / "v3", _over_budget),
+            "v4": make_variant(builds.onnx, root / "v4", _doc("digits v4"))}
+
+
+def digest(build) -> str:
+    return json.loads((Path(build) / "manifest.json").read_text())["artifact"]["sha256"]
+
+
+def top(workdir: Path) -> Path:
+    return Path(workdir) / "deploy" / NAME
+
+
+def current_id(workdir) -> str | None:
+    link = top(workdir) / "current"
+    return os.path.basename(os.readlink(link)) if os.path.islink(link) else None
+
+
+def current_digest(workdir) -> str:
+    return sha256_file(top(workdir) / "current" / "model.onnx")
+
+
+def history(workdir) -> list[dict]:
+    p = top(workdir) / "history.jsonl"
+    return [json.loads(ln) for ln in p.read_text().splitlines()] if p.exists() else []
+
+
+def releases_on_disk(workdir) -> list[str]:
+    d = top(workdir) / "releases"
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def _deploy(cli, build, inv, *extra, device="local"):
+    return cli("deploy", build, "--device", device, "--inventory", inv, "-q", *extra)
+
+
+def _releases_json(cli, inv, device="local"):
+    code, out, err = cli("releases", NAME, "--device", device, "--inventory", inv, "--json")
+    return code, json.loads(out), err
+
+
+# ---------------------------------------------------------------- the main path
+
+def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions):
+    inv = lab.inventory()
+    code, _, err = _deploy(cli, versions["v1"], inv)
+    assert code == 0, err
+    v1 = current_id(lab.workdir)
+    assert v1.endswith(digest(versions["v1"])[:12]) and current_digest(lab.workdir) == digest(versions["v1"])
+    rel = top(lab.workdir) / "releases" / v1
+    assert {"model.onnx", "manifest.json", "reference", "edgeforge_runner.py", "release.json"} <= {
+        p.name for p in rel.iterdir()}
+
+    code, out, err = _deploy(cli, versions["v2"], inv, "--json", "--reason", "ship v2")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["schema"] == "edgeforge.deploy/1"
+    [entry] = record["devices"]
+    v2 = entry["release"]
+    assert entry["status"] == "deployed" and entry["from"] == v1 and entry["current"] == v2
+    assert entry["smoke"]["passed"] and entry["health"]["passed"]
+    # only the new artifact and its manifest went over the wire; the rest was linked from v1
+    assert entry["transfer"]["files"] == ["manifest.json", "model.onnx"]
+    assert current_id(lab.workdir) == v2 and current_digest(lab.workdir) == digest(versions["v2"])
+
+    code, out, err = cli("rollback", NAME, "--device", "local", "--inventory", inv, "-q", "--json")
+    assert code == 0, err
+    assert json.loads(out)["devices"][0]["status"] == "rolled back"
+    assert current_id(lab.workdir) == v1 and current_digest(lab.workdir) == digest(versions["v1"])
+
+    code, st, err = _releases_json(cli, inv)
+    assert code == 0, err
+    assert [r["id"] for r in st["releases"]] == [v1, v2] and st["current"] == v1
+    assert [(h["action"], h["from"], h["to"]) for h in st["history"]] == [
+        ("deploy", None, v1), ("deploy", v1, v2), ("rollback", v2, v1)]
+    assert st["history"][1]["reason"] == "ship v2"
+    for h in st["history"]:
+        assert {"time", "user", "host", "from", "to", "reason"} <= set(h)
+    code, out, _ = cli("releases", NAME, "--device", "local", "--inventory", inv)
+    assert code == 0 and v1 in out and v2 in out and "rollback" in out
+    assert max(len(ln) for ln in out.splitlines()) <= 80
+
+    code, _, err = cli("rollback", NAME, "--device", "local", "--inventory", inv, "-q", "--to", v2)
+    assert code == 0, err
+    assert current_id(lab.workdir) == v2
+
+
+def test_smoke_failure_never_becomes_current(cli, lab, versions):
+    inv = lab.inventory()
+    for v in ("v1", "v2"):
+        assert _deploy(cli, versions[v], inv)[0] == 0
+    v2, before = current_id(lab.workdir), history(lab.workdir)
+    code, _, err = _deploy(cli, versions["v3"], inv)
+    assert code == 1, err
+    assert "smoke test failed: accuracy drop" in err and "budget 1" in err
+    assert current_id(lab.workdir) == v2 and current_digest(lab.workdir) == digest(versions["v2"])
+    assert history(lab.workdir) == before
+    assert not [r for r in releases_on_disk(lab.workdir) if r.endswith(digest(versions["v3"])[:12])]
+
+
+def test_health_check_failure_switches_back(cli, lab, versions):
+    """A device python whose runner fails when it runs through ``current``: the switch to v2 is
+    taken back at once, recorded, exit 4."""
+    hook = lab.root / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if len(sys.argv) > 2 and sys.argv[1] == 'smoke' and sys.argv[2].endswith('/current'):\n"
+        "    sys.exit(9)\n")
+    py = lab.script("python-flaky", f'#!/bin/sh\nPYTHONPATH={hook} exec {lab.sshd.python} "$@"\n')
+    assert _deploy(cli, versions["v1"], lab.inventory())[0] == 0
+    v1 = current_id(lab.workdir)
+    code, _, err = _deploy(cli, versions["v2"], lab.inventory(python=str(py)))
+    assert code == 4, err
+    assert "health check through current failed" in err and f"switched back to {v1}" in err
+    assert current_id(lab.workdir) == v1
+    h = history(lab.workdir)
+    assert [x["action"] for x in h] == ["deploy", "deploy", "switch-back"]
+    assert h[2]["from"] == h[1]["to"] and h[2]["to"] == v1 and "health check failed" in h[2]["reason"]
+
+
+# ---------------------------------------------------------------- bad input, bad state
+
+@pytest.mark.parametrize("name", ["a/b", "..", "../x", "x;rm -rf ~", "a b", "$(id)", ".hidden", "-x"])
+def test_bad_release_names_are_refused(cli, lab, versions, name):
+    inv = lab.inventory()
+    code, _, err = _deploy(cli, versions["v1"], inv, f"--as={name}")
+    assert code == 2 and "is not allowed" in err, err
+    assert cli("rollback", "--device", "local", "--inventory", inv, "--", name)[0] == 2
+    assert cli("releases", "--device", "local", "--inventory", inv, "--", name)[0] == 2
+    assert cli("rollback", NAME, "--device", "local", "--inventory", inv, f"--to={name}")[0] == 2
+    assert not lab.workdir.exists()
+
+
+def test_only_a_release_whose_digest_checks_out_becomes_current(cli, lab, versions):
+    inv = lab.inventory()
+    for v in ("v1", "v2"):
+        assert _deploy(cli, versions[v], inv)[0] == 0
+    v1, v2 = releases_on_disk(lab.workdir)
+    # an incomplete release (no release.json: its upload never finished)
+    half = top(lab.workdir) / "releases" / "20000101T000000Z-0123456789ab"
+    half.mkdir()
+    (half / "model.onnx").write_bytes(b"partial")
+    code, _, err = cli("rollback", NAME, "--device", "local", "--inventory", inv, "--to", half.name)
+    assert code == 4 and "incomplete" in err, err
+    # a sealed release whose artifact changed on the device
+    (top(lab.workdir) / "releases" / v1 / "model.onnx").write_bytes(b"tampered")
+    code, _, err = cli("rollback", NAME, "--device", "local", "--inventory", inv, "--to", v1)
+    assert code == 4 and "sha256 mismatch" in err, err
+    assert current_id(lab.workdir) == v2
+    assert [x["to"] for x in history(lab.workdir)] == [v1, v2]
+
+
+def test_current_pointing_at_a_missing_release_is_reported(cli, lab, versions):
+    inv = lab.inventory()
+    assert _deploy(cli, versions["v1"], inv)[0] == 0
+    cur = top(lab.workdir) / "current"
+    tmp = top(lab.workdir) / "tmp-link"
+    os.symlink("releases/20000101T000000Z-0123456789ab", tmp)
+    os.replace(tmp, cur)
+    code, out, err = cli("releases", NAME, "--device", "local", "--inventory", inv)
+    assert code == 4 and "points at release 20000101T000000Z-0123456789ab, which is missing" in err, err
+    assert os.readlink(cur) == "releases/20000101T000000Z-0123456789ab"      # not repaired
+    code, out, err = _deploy(cli, versions["v2"], inv, "--json")
+    assert code == 0, err
+    assert "which is missing" in json.loads(out)["devices"][0]["notes"][0]
+    assert history(lab.workdir)[-1]["from_missing"] is True
+
+
+def test_pruning_keeps_newest_and_never_current_or_the_one_before(cli, lab, versions):
+    inv = lab.inventory()
+    for v in ("v1", "v2", "v4"):
+        assert _deploy(cli, versions[v], inv, "--keep", "2")[0] == 0
+    kept = releases_on_disk(lab.workdir)
+    assert len(kept) == 2 and kept[-1] == current_id(lab.workdir)
+    assert cli("rollback", NAME, "--device", "local", "--inventory", inv, "-q")[0] == 0
+    older = current_id(lab.workdir)
+    assert older == kept[0]
+    # current is now the older of the two; keep 1 still keeps it (it is the one before the new one)
+    assert _deploy(cli, versions["v1"], inv, "--keep", "1")[0] == 0
+    after = releases_on_disk(lab.workdir)
+    assert older in after and current_id(lab.workdir) in after and len(after) == 2
