@@ -15,10 +15,10 @@ import sys
 import traceback
 
 from ..errors import EdgeforgeError, ExitCode
-from . import build, deploy, device, devices, report, toolchain
+from . import build, deploy, device, devices, load, report, toolchain
 from ._common import Parser
 
-VERBS = (build, deploy, device, devices, report, toolchain)
+VERBS = (build, deploy, device, devices, load, report, toolchain)
 
 
 def build_parser() -> Parser:

@@ -86,11 +86,12 @@ def describe(level: dict) -> str:
     threads = level.get("threads")
     parts = [f"threads {threads if threads else 'default'}", f"batch {level.get('batch', 1)}"]
     k = int(level.get("concurrency") or 1)
-    own = f" ({k} sessions)" if level.get("sessions") == "own" and k > 1 else ""
+    what = "session" if level.get("sessions") == "own" and k > 1 else "request"   # own: one session each
     if level.get("mode") == "open":
-        parts.append(f"{k} worker{'s' if k != 1 else ''}{own} at {_rate(float(level['rate']))} req/s")
+        parts.append(f"{k} {'processes' if what == 'session' else 'workers' if k != 1 else 'worker'} at "
+                     f"{_rate(float(level['rate']))} req/s")
     else:
-        parts.append(f"{k} concurrent request{'s' if k != 1 else ''}{own}")
+        parts.append(f"{k} concurrent {what}{'s' if k != 1 else ''}")
     return ", ".join(parts)
 
 

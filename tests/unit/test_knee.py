@@ -79,7 +79,7 @@ def test_recommendation_line_copies_into_a_config():
     lv = curve([(3, 412.3, 8.14)], batch=4)[0]
     assert recommendation_line(lv) == "threads 2, batch 4, 3 concurrent requests: 412 inf/s at p99 8.1 ms"
     own = {**lv, "sessions": "own"}
-    assert "3 concurrent requests (3 sessions): 412 inf/s" in recommendation_line(own)
+    assert "batch 4, 3 concurrent sessions: 412 inf/s" in recommendation_line(own)
     assert figures({**lv, "p99_ms": 0.0594, "inferences_per_s": 9.87}) == "9.87 inf/s at p99 0.059 ms"
     opn = {**lv, "mode": "open", "rate": 250.0}
     assert recommendation_line(opn).startswith("threads 2, batch 4, 3 workers at 250 req/s:")

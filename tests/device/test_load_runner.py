@@ -1,0 +1,37 @@
+"""The runner's load generator, called directly: a failed run is counted, not a crash; the
+open loop's arrivals are Poisson at the asked rate."""
+from __future__ import annotations
+
+import time
+
+from edgeforge.runner import edgeforge_runner as runner
+
+
+def test_a_failed_run_is_counted_not_a_crash():
+    n = {"calls": 0}
+
+    def call():
+        n["calls"] += 1
+        time.sleep(0.001)
+        if n["calls"] % 3 == 0:
+            raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : bad input\nmore")
+
+    t0 = time.perf_counter()
+    out = runner._work(call, t0 + 0.02, t0 + 0.2)
+    measured = len(out["lat"]) + out["errors"]
+    assert out["errors"] > 0 and len(out["lat"]) > out["errors"]
+    assert out["error"] == "RuntimeError: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : bad input"
+    assert measured < n["calls"]                         # the warm-up's calls are not counted
+    assert all(x >= 0.001 for x in out["lat"])
+
+
+def test_open_loop_waits_for_arrivals_and_counts_queueing():
+    t0 = time.perf_counter() + 0.01
+    arrivals = runner._poisson(200.0, t0, t0 + 1.0, seed=7)
+    assert 150 < len(arrivals) < 250 and arrivals == sorted(arrivals)
+    take = iter(range(10 ** 6)).__next__
+    out = runner._work(lambda: time.sleep(0.008), t0, t0 + 1.0, arrivals, take, 0.2)
+    # 200/s against 8 ms of service: the queue grows (latency from arrival exceeds the service
+    # time) until it is 0.2 s behind, when the worker leaves the rest unserved
+    assert len(out["lat"]) < len(arrivals)
+    assert max(out["lat"]) > 0.05 and min(out["lat"]) >= 0.008
