@@ -249,6 +249,7 @@ class OnnxQuantizePass(Pass):
 
         opts = scheme_options(self.scheme)      # the target runtime's INT8 scheme (set in run)
         opts["extra_options"]["CalibMovingAverage"] = algo == "avg"
+        opts["op_types_to_quantize"] = self.op_types      # set in run (attention graphs: INT8-kernel ops only)
         hist = paddle_kl_entropy(algo.lower()) if algo in ("KL", "mse") else contextlib.nullcontext()
         with quiet_stdout(), hist, reuse_calibration(ranges, algo):
             quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
@@ -261,7 +262,7 @@ class OnnxQuantizePass(Pass):
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         import onnx
         from ..quant.budget import onnx_rank
-        from ..quant.onnx_ptq import pre_process
+        from ..quant.onnx_ptq import op_types_to_quantize, pre_process
         from ..runner import edgeforge_runner as runner
 
         from ..contracts import onnx_scheme
@@ -272,6 +273,7 @@ class OnnxQuantizePass(Pass):
         pre = ctx.workdir / "quantize-pre.onnx"
         with quiet_stdout():
             pre_info = pre_process(inp.path / "model.onnx", pre)
+        self.op_types = op_types_to_quantize(pre)
         feeds, labels = evaluation_set(ctx)
         scratch = ctx.workdir / "quantize-onnx"
         scratch.mkdir(exist_ok=True)
@@ -292,6 +294,7 @@ class OnnxQuantizePass(Pass):
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
         meta["quantization"]["pre_process"] = pre_info
+        meta["quantization"]["op_types"] = self.op_types or "onnxruntime default (every op it supports)"
         meta["quantization"]["scheme"] = dict(self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag,
                                               host_cpu_flags=flags)
         meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),

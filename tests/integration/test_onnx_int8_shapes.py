@@ -51,6 +51,51 @@ def test_onnx_int8_survives_incomplete_symbolic_shapes(tmp_path, up, expected):
     res = api.build(_project(tmp_path / "proj", up), "linux-x86", out=tmp_path / "out")
     pre = res.manifest["quantization"]["pre_process"]
     assert pre["symbolic_shape"] == expected, pre
+    assert res.manifest["quantization"]["op_types"].startswith("onnxruntime default")   # no Softmax
     if expected != "ok":
         assert any("Incomplete symbolic shape inference" in e for e in pre["symbolic_errors"]), pre
     assert res.manifest["precision"] == "int8" and res.manifest["verify"]["status"] == "passed", res.manifest["verify"]
+
+
+ATTENTION = """
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+
+class Net(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(32)
+        self.attn = nn.MultiHeadAttention(32, 4)
+        self.fc1 = nn.Linear(32, 128)
+        self.fc2 = nn.Linear(128, 32)
+
+    def forward(self, x):
+        t = x + self.attn(self.ln(x))
+        return t + self.fc2(F.gelu(self.fc1(t)))
+
+
+def build():
+    paddle.seed(0)
+    return Net()
+"""
+
+
+def test_attention_graph_quantizes_only_int8_kernel_ops(tmp_path):
+    """The MatMuls (weights and attention products) are INT8; the decomposed LayerNorm and GELU
+    get no Q/DQ (onnxruntime's default puts pairs inside them)."""
+    import onnx
+
+    from edgeforge.quant.onnx_ptq import ATTENTION_OP_TYPES
+
+    root = tiny_project(tmp_path / "proj", "attention", ATTENTION, [-1, 8, 32])
+    res = api.build(root, "linux-x86", out=tmp_path / "out")
+    assert res.manifest["quantization"]["op_types"] == ATTENTION_OP_TYPES
+    assert res.manifest["verify"]["status"] == "passed", res.manifest["verify"]
+    graph = onnx.load(str(res.out_dir / "model.onnx")).graph
+    producer = {o: n.op_type for n in graph.node for o in n.output}
+    dq_readers = {n.op_type for n in graph.node
+                  if any(producer.get(i) == "DequantizeLinear" for i in n.input)} - {"QuantizeLinear"}
+    # (onnxruntime puts Q/DQ on a tensor: other readers of a MatMul's input read it dequantized)
+    assert "MatMul" in dq_readers and not dq_readers & {"ReduceMean", "Sub", "Pow", "Sqrt", "Div", "Erf"}, dq_readers
