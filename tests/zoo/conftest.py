@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from zoo_common import (_T0, ARCHS, CALIBRATION_IMAGES, COLUMNS, EVALUATION_IMAGES, FACTS, NOISE, RESULTS,
-                        TABLE, Cell, ZooProject, noise_cosine, render_table, save_results)
+from zoo_common import (_T0, CALIBRATION_IMAGES, COLUMNS, EVALUATION_IMAGES, FACTS, NOISE, RESULTS,
+                        MODELS, TABLE, Cell, ZooProject, noise_cosine, render_table, save_results)
 
 os.environ["FLAGS_enable_pir_api"] = "0"
 
@@ -33,16 +33,20 @@ def zoo_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("zoo")
 
 
-@pytest.fixture(scope="session", params=ARCHS)
+@pytest.fixture(scope="session", params=MODELS)
 def zoo_project(request, zoo_root) -> ZooProject:
     """The architecture's project (trained briefly on sklearn's digits, real held-out digits
     for calibration and evaluation) and an empty build cache shared by its columns. Removed
     once pytest is done with the architecture."""
     from benchmarks.common import digits_project
+    from custom_projects import CUSTOM, custom_project
 
     arch = request.param
     base = zoo_root / arch
-    root, facts = digits_project(base / "project", arch, calib=CALIBRATION_IMAGES, evaluation=EVALUATION_IMAGES)
+    if arch in CUSTOM:        # the suite's own models (custom_models.py)
+        root, facts = custom_project(base / "project", arch, calib=CALIBRATION_IMAGES, evaluation=EVALUATION_IMAGES)
+    else:
+        root, facts = digits_project(base / "project", arch, calib=CALIBRATION_IMAGES, evaluation=EVALUATION_IMAGES)
     proj = ZooProject(arch, root, base / "cache", base / "builds", facts["size"], extras=facts)
     NOISE[arch] = noise_cosine(root, arch)
     FACTS[arch] = facts
@@ -64,7 +68,7 @@ def record_cell():
 def pytest_sessionfinish(session, exitstatus):
     if not RESULTS:
         return
-    complete = all((a, c) in RESULTS for a in ARCHS for c in COLUMNS)
+    complete = all((a, c) in RESULTS for a in MODELS for c in COLUMNS)
     wall = time.time() - _T0[0] if _T0 and complete else None
     text = render_table(RESULTS, wall)
     path = Path(os.environ.get("EDGEFORGE_ZOO_TABLE", TABLE if complete else

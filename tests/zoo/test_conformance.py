@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import run_cli
-from zoo_common import (ARCHS, COLUMNS, EXTRA_ROWS, FLOAT_REL_TOL, INT8_MISS_NOTE, MIN_COSINE, Cell,
+from zoo_common import (ARCHS, COLUMNS, CUSTOM_MODELS, EXTRA_ROWS, FLOAT_REL_TOL, INT8_MISS_NOTE, MIN_COSINE, Cell,
                         ZooProject)
 
 from edgeforge import api
@@ -372,3 +372,6 @@ def test_suite_covers_the_zoo():
 
     for arch in ARCHS:
         assert callable(getattr(models, arch))
+    from custom_projects import CUSTOM
+
+    assert CUSTOM_MODELS == list(CUSTOM)
