@@ -3,7 +3,7 @@
 - ``max_accuracy_drop``: the run's ``drift.accuracy_drop`` (percentage points) <= X;
 - ``max_p50_ms``: the run's median latency <= Y ms;
 - ``min_int8_speedup``: for each INT8 run, p50(fp32) / p50(int8) >= Z, the fp32 run being the
-  same model and target on the same device (see :func:`.keys.float_counterpart`);
+  same model and target on the same device (see :func:`.pairing.float_counterpart`);
 - ``min_accelerated_nodes``: the share of the artifact's nodes that ran on an accelerating
   execution provider (not CPUExecutionProvider), from the runner's placement record, >= F (0-1).
 
