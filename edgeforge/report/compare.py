@@ -43,8 +43,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..results.stats import relative_spread
-from .pairing import emulated, emulated_reason, fingerprint_differences, runtime_differences, short
 from .load import validate_result
+from .pairing import emulated, emulated_reason, fingerprint_differences, runtime_differences, short
 
 ALPHA = 0.05
 MIN_CHANGE = 0.01            # practical threshold: |p50 change| below 1% is "not significant"
@@ -182,7 +182,8 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
         reason = ""
     verdict = "not significant" if reason else ("slower" if ratio > 1 else "faster")
 
-    notes = _warnings(a, b, xa, xb, lag_a, lag_b, len(ma), len(mb), alpha, labels, fp_unknown)
+    notes = _warnings(_Side(labels[0], a, xa, lag_a, len(ma)), _Side(labels[1], b, xb, lag_b, len(mb)),
+                      alpha, fp_unknown)
     forced = tuple(reasons) + forced_emu
     if forced:
         notes.insert(0, f"forced past: {' and '.join(forced)}; the difference may come from the "
@@ -215,16 +216,30 @@ def _min_two_sided_p(m: int, n: int) -> float:
     return min(1.0, 2.0 / math.comb(m + n, m))
 
 
-def _warnings(a, b, xa, xb, lag_a, lag_b, ka, kb, alpha, labels, fp_unknown) -> list[str]:
+@dataclass(frozen=True)
+class _Side:
+    """One run as the notes see it: its label, the result, its samples, their lag-1
+    autocorrelation and the number of independent blocks the test used."""
+
+    label: str
+    result: dict
+    samples: np.ndarray
+    lag: float
+    blocks: int
+
+
+def _warnings(side_a: _Side, side_b: _Side, alpha: float, fp_unknown) -> list[str]:
     notes: list[str] = []
-    la, lb = labels
+    la, lb = side_a.label, side_b.label
+    a, b = side_a.result, side_b.result
+    ka, kb = side_a.blocks, side_b.blocks
     if a["artifact"]["sha256"] == b["artifact"]["sha256"]:
         notes.append(f"{la} and {lb} are the same artifact ({short(a['artifact']['sha256'])}): any difference "
                      f"is run-to-run variation of the device, not the model")
     if _min_two_sided_p(ka, kb) >= alpha:
         notes.append(f"only {ka} and {kb} independent blocks of samples: no difference can reach p<{alpha:g}; "
                      f"run more iterations")
-    for name, x, lag in ((la, xa, lag_a), (lb, xb, lag_b)):
+    for name, x, lag in ((la, side_a.samples, side_a.lag), (lb, side_b.samples, side_b.lag)):
         spread = relative_spread(x)             # MAD / median
         if spread is not None and spread > UNSTABLE_MAD:
             notes.append(f"{name} is unstable: MAD is {spread * 100:.0f}% of the median")
