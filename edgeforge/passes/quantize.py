@@ -194,7 +194,7 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
         return quantize(algo, list(cfg.keep_float)), meta, None
     others = () if (cfg.calibration_search or cfg.algo_fixed) else tuple(a for a in CANDIDATE_ALGOS if a != algo)
     model, fit = fit_budget(quantize, lambda m: budget.measure(predict(m), float_out, labels), rank, budget,
-                            algo, list(cfg.keep_float), other_algos=others, quantizable_layers=layers())
+                            (algo, *others), list(cfg.keep_float), quantizable_layers=layers())
     if fit.met and fit.attempts[0] is not fit.attempts[-1]:
         ctx.log(f"accuracy budget ({budget.describe()}): {fit.algo}, {len(fit.keep_float)} layer(s) in float, "
                 f"{budget.figure(fit.final)}")

@@ -95,11 +95,10 @@ class BudgetResult:
 
 
 def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[Path], dict],
-               rank: Callable[[Path], list[tuple[str, float]]], budget: Budget, algo: str,
-               base_keep: list[str], other_algos: tuple[str, ...] = (), max_rounds: int = 8,
-               quantizable_layers: int = 0) -> tuple[Path, BudgetResult]:
-    """Quantize; on a miss, first try the other calibration algorithms (``other_algos``: free
-    in size and speed), then keep the worst layers of the best one in float, 1, 2, 4, ... more
+               rank: Callable[[Path], list[tuple[str, float]]], budget: Budget, algos: tuple[str, ...],
+               base_keep: list[str], max_rounds: int = 8, quantizable_layers: int = 0) -> tuple[Path, BudgetResult]:
+    """Quantize with ``algos[0]``; on a miss, first try the other calibration algorithms
+    (``algos[1:]``: free in size and speed), then keep the worst layers of the best one in float, 1, 2, 4, ... more
     per round (ranked again on each round's model), until the budget holds; then bisect back to the fewest of them that still hold
     (the doubling overshoots by up to half). Every attempt is recorded."""
     t0 = time.perf_counter()
@@ -112,6 +111,7 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
         attempts.append({"algo": a, "kept": len(k), **m})
         return model, m
 
+    algo, *other_algos = algos
     model, m = attempt(algo, keep)
     initial = m
     result = BudgetResult(budget, list(keep), algo, initial, m, budget.met(m),

@@ -38,13 +38,13 @@ UNLABELLED = Budget(max_accuracy_drop=1.0, min_cosine=0.99, labelled=False)
 
 def test_met_at_once_is_one_attempt():
     q, e, r, made = _driver(lambda a, k: 0.995)
-    _, res = fit_budget(q, e, r, UNLABELLED, "KL", [], other_algos=("hist", "mse"))
+    _, res = fit_budget(q, e, r, UNLABELLED, ("KL", "hist", "mse"), [])
     assert made == [("KL", ())] and res.met and res.keep_float == [] and res.algo == "KL"
 
 
 def test_another_calibration_is_tried_before_any_float_layer():
     q, e, r, made = _driver(lambda a, k: {"KL": 0.95, "hist": 0.992, "mse": 0.97}[a])
-    _, res = fit_budget(q, e, r, UNLABELLED, "KL", [], other_algos=("hist", "mse"))
+    _, res = fit_budget(q, e, r, UNLABELLED, ("KL", "hist", "mse"), [])
     assert made == [("KL", ()), ("hist", ())]        # stops at the first that holds
     assert res.met and res.algo == "hist" and res.keep_float == []
     assert res.initial["cosine"] == 0.95 and res.final["cosine"] == 0.992
@@ -53,7 +53,7 @@ def test_another_calibration_is_tried_before_any_float_layer():
 def test_float_layers_grow_1_2_4_with_the_best_calibration():
     # every kept layer adds 0.004; hist is the best of the calibrations but misses alone
     q, e, r, made = _driver(lambda a, k: {"KL": 0.95, "hist": 0.97, "mse": 0.96}[a] + 0.004 * len(k))
-    _, res = fit_budget(q, e, r, UNLABELLED, "KL", ["head"], other_algos=("hist", "mse"), quantizable_layers=11)
+    _, res = fit_budget(q, e, r, UNLABELLED, ("KL", "hist", "mse"), ["head"], quantizable_layers=11)
     assert [m[0] for m in made] == ["KL", "hist", "mse", "hist", "hist", "hist", "hist", "hist"]
     # base keep + 1, 3, 7 of the ranking; 7 holds (0.998), 3 misses (0.986): bisect 5 (0.994), 4 (0.990)
     assert [len(m[1]) for m in made] == [1, 1, 1, 2, 4, 8, 6, 5]
@@ -66,14 +66,14 @@ def test_float_layers_grow_1_2_4_with_the_best_calibration():
 def test_bisection_keeps_the_model_of_the_fewest_layers_that_hold():
     # holds from 6 ranked layers on; the doubling reaches 7, bisection comes back to 6 (not 5)
     q, e, r, made = _driver(lambda a, k: 0.99 if len(k) >= 6 else 0.9)
-    model, res = fit_budget(q, e, r, UNLABELLED, "KL", [])
+    model, res = fit_budget(q, e, r, UNLABELLED, ("KL",), [])
     assert [len(m[1]) for m in made] == [0, 1, 3, 7, 5, 6]
     assert res.met and res.keep_float == LAYERS[:6] and model == Path("KL-6")
 
 
 def test_a_budget_that_cannot_be_met_says_so():
     q, e, r, made = _driver(lambda a, k: 0.5)
-    _, res = fit_budget(q, e, r, UNLABELLED, "KL", [], max_rounds=3)
+    _, res = fit_budget(q, e, r, UNLABELLED, ("KL",), [], max_rounds=3)
     assert not res.met and len(made) == 4 and res.keep_float == LAYERS[:7]
 
 
@@ -110,7 +110,7 @@ def test_each_round_is_ranked_on_the_last_attempt():
         order = LAYERS if str(model) == "KL-0" else ["conv9", *LAYERS[:9]]
         return [(name, 20.0 - i) for i, name in enumerate(order)]
 
-    _, res = fit_budget(q, e, rank, UNLABELLED, "KL", [])
+    _, res = fit_budget(q, e, rank, UNLABELLED, ("KL",), [])
     assert ranks == ["KL-0", "KL-1"]
     # and the bisection finds that two of the three hold
     assert [m[1] for m in made] == [(), ("conv0",), ("conv0", "conv9", "conv1"), ("conv0", "conv9")]
