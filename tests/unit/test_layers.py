@@ -1,0 +1,47 @@
+"""The layers of docs/architecture.md: a module imports only from rows below its own (and from
+its own package). Read from the source, lazy imports included (tests/import_graph.py)."""
+from __future__ import annotations
+
+import import_graph
+
+ROWS = {
+    "errors": 0, "fsutil": 0, "paddle_env": 0, "cache": 0, "runner": 0, "lite_child": 0, "edgeforge": 0,
+    "config": 1, "native": 1, "weights": 1, "toolchain": 1, "manifest": 1, "results": 1, "quant": 1,
+    "project": 2, "targets": 2, "report": 2,
+    "contracts": 3, "options": 3,
+    "passes": 4,
+    "pipeline": 5,
+    "api": 6,
+    "device": 7,
+    "doctor": 8,
+    "cli": 9,
+}
+ISOLATED = ("runner", "lite_child")     # copied to devices / run in another interpreter
+
+
+def _group(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "edgeforge"
+
+
+def test_every_module_has_a_row():
+    missing = sorted({_group(m) for m in import_graph.modules()} - ROWS.keys())
+    assert missing == [], f"give these a row in docs/architecture.md and ROWS: {missing}"
+
+
+def test_no_module_imports_upwards():
+    upward = []
+    for module, deps in import_graph.graph().items():
+        here = _group(module)
+        for dep in deps:
+            there = _group(dep)
+            if there != here and ROWS.get(there, -1) >= ROWS.get(here, 99):
+                upward.append(f"{module} -> {dep} (row {ROWS[here]} -> {ROWS[there]})")
+    assert upward == [], "imports that go up or sideways:\n" + "\n".join(sorted(upward))
+
+
+def test_the_runner_and_the_lite_child_import_nothing_from_edgeforge():
+    g = import_graph.graph()
+    leaks = sorted(f"{m} -> {d}" for m, deps in g.items() if _group(m) in ISOLATED
+                   for d in deps if _group(d) != _group(m))
+    assert leaks == []
