@@ -46,24 +46,31 @@ def run(args) -> int:
     emu = Emulator(args.dir, cpu=args.cpu, target=args.target, port=args.port)
     if args.name == "stop":
         out = emu.stop(purge=args.purge)
-        console().print(escape(f"stopped the emulated device in {emu.root}: {len(out['killed'])} process(es) "
-                               f"ended, {len(out['unmounted'])} mount(s) undone"
-                               + (", rootfs deleted" if out["purged"] else "")))
+        _say(f"stopped the emulated device in {emu.root}: {len(out['killed'])} process(es) "
+             f"ended, {len(out['unmounted'])} mount(s) undone" + (", rootfs deleted" if out["purged"] else ""))
         return ExitCode.OK
     state = emu.start()
-    con = console()
     t = state.timings or {}
     built = " ".join(f"{k[6:]} {v:.0f}s" for k, v in t.items() if k.startswith("build_"))
-    con.print(escape(f"emulated device {emu.name}: aarch64 under qemu-user ({state.cpu}), "
-                     f"target {state.target}, 127.0.0.1:{state.port}"))
-    con.print(escape(f"  rootfs {'built: ' + built if built else 'from the cache'}; unpacked "
-                     f"{t.get('unpack', 0):.0f}s; sshd up {t.get('sshd', 0):.0f}s"))
-    con.print(escape(f"  inventory {emu.inventory}"))
-    con.print("  its timings are not performance figures; its numerics are aarch64's")
+    _say(f"emulated device {emu.name}: aarch64 under qemu-user ({state.cpu}), "
+         f"target {state.target}, 127.0.0.1:{state.port}")
+    _say(f"rootfs {'built: ' + built if built else 'from the cache'}; unpacked "
+         f"{t.get('unpack', 0):.0f}s; sshd up {t.get('sshd', 0):.0f}s", "  ")
+    _say(f"inventory {emu.inventory}", "  ")
+    _say("its timings are not performance figures; its numerics are aarch64's", "  ")
     if args.setup:
         return _setup(emu.name, str(emu.inventory), args)
-    con.print(escape(f"  next: edgeforge devices setup {emu.name} --inventory {emu.inventory}"))
+    _say(f"next: edgeforge devices setup {emu.name} --inventory {emu.inventory}", "  ")
     return ExitCode.OK
+
+
+def _say(text: str, indent: str = "") -> None:
+    """One message, wrapped at 80 columns (continuation lines indented under it)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, 80, initial_indent=indent, subsequent_indent=indent + "  ",
+                          break_on_hyphens=False, break_long_words=False)
+    console().print(escape("\n".join(lines)))
 
 
 def _setup(name: str, inventory, args) -> int:
@@ -72,12 +79,16 @@ def _setup(name: str, inventory, args) -> int:
     with step_progress(getattr(args, "quiet", False)) as on_step:
         res = setup_device(name, inventory=inventory, packages=args.package,
                            update_inventory=not args.keep_inventory, on_step=on_step)
-    con = console()
-    names = ", ".join(w["name"].split("-")[0] + " " + w["name"].split("-")[1] for w in res.wheels)
-    con.print(escape(f"{res.device}: installed {len(res.wheels)} wheel(s) for {res.platform[0]}, "
-                     f"Python {res.python_version}: {names}"))
-    con.print(escape(f"  env python {res.python}"
-                     + ("; devices.toml updated" if res.inventory_updated else "")))
+    asked = {r.split("=")[0].split("<")[0].split(">")[0].lower() for r in res.packages}
+    main = [w["name"].split("-")[:2] for w in res.wheels if w["name"].split("-")[0].lower() in asked]
+    deps = len(res.wheels) - len(main)
+    t = res.seconds
+    _say(f"{res.device}: {'already had' if res.reused else 'installed'} {', '.join(' '.join(m) for m in main)}"
+         + (f" and {deps} dependencies" if deps else "")
+         + f" for {res.platform[0]}, Python {res.python_version} in {sum(t.values()):.0f} s "
+           f"(download {t.get('download', 0):.0f} s, upload {t.get('upload', 0):.0f} s, "
+           f"install {t.get('install', 0):.0f} s)")
+    _say(f"env python {res.python}" + ("; devices.toml points there now" if res.inventory_updated else ""), "  ")
     for note in res.notes:
-        con.print(escape(f"  note: {note}"))
+        _say(f"note: {note}", "  ")
     return ExitCode.OK

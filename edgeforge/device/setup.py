@@ -36,7 +36,14 @@ LITE_README = "README.md, 'Paddle Lite on an ARM board'"
 LITE_REMEDY = (f"no ARM paddlelite wheel exists on the package registry: build Paddle Lite's ARM light API "
                f"or benchmark_bin for the board (see {LITE_README})")
 LITE_NOTE = f"paddlelite: {LITE_REMEDY}"
-ENV_SUBDIR = "env"
+
+
+def runtime_remedy(missing: list[str], machine: str | None, device: str) -> str:
+    """What to do about runtime modules a device lacks: Lite on ARM needs a build, the rest setup."""
+    if "paddlelite" in missing and (machine or "").startswith(("aarch64", "arm")):
+        return LITE_REMEDY
+    return (f"edgeforge devices setup {device} installs {' and '.join(missing)} from the host; or point "
+            "python = ... in devices.toml at a Python that has them")
 
 # Runs on the device: what its wheels must be built for. Standard library only.
 DEVICE_FACTS = r'''
@@ -56,6 +63,15 @@ import hashlib, json, os, shutil, sys, zipfile
 req = json.loads(sys.argv[1])
 base = os.path.abspath(os.path.expanduser(req["workdir"]))
 env, new = os.path.join(base, "env"), os.path.join(base, "env.new")
+done = {"python": os.path.join(env, "bin", "python"), "site": os.path.join(env, "site-packages")}
+try:
+    with open(os.path.join(env, "edgeforge-env.json")) as f:
+        old = json.load(f)
+except (OSError, ValueError):
+    old = {}
+if old.get("wheels") == req["wheels"] and old.get("python") == req["python"] and os.path.isfile(done["python"]):
+    print("@@edgeforge-install " + json.dumps(dict(done, reused=True)))
+    sys.exit(0)
 shutil.rmtree(new, ignore_errors=True)
 site = os.path.join(new, "site-packages")
 os.makedirs(site)
@@ -103,8 +119,7 @@ if os.path.isdir(env):
     os.rename(env, old)
 os.rename(new, env)
 shutil.rmtree(old, ignore_errors=True)
-print("@@edgeforge-install " + json.dumps({"python": os.path.join(env, "bin", "python"),
-                                             "site": os.path.join(env, "site-packages")}))
+print("@@edgeforge-install " + json.dumps(done))
 '''
 
 
@@ -119,6 +134,7 @@ class SetupResult:
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     inventory_updated: bool = False
+    reused: bool = False                                    # the device held this very env already
 
 
 def platform_tags(machine: str, libc: str, libc_version: str) -> list[str]:
@@ -162,8 +178,17 @@ def _pinned(dist: str) -> str:
 
 
 def host_download(reqs: list[str], tags: list[str], python_version: str, dest: Path, logfile: Path) -> list[Path]:
-    """``pip download`` the wheels (dependencies included) for that platform into ``dest``."""
+    """``pip download`` the wheels (dependencies included) for that platform into ``dest``; the set
+    resolved for these requirements is remembered there, so a second setup asks no index."""
     dest.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(json.dumps([reqs, tags, python_version]).encode()).hexdigest()[:16]
+    record = dest / f"resolved-{key}.json"
+    try:
+        known = [dest / n for n in json.loads(record.read_text())]
+        if known and all(f.is_file() for f in known):
+            return known
+    except (OSError, ValueError):
+        pass
     cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--implementation", "cp",
            "--python-version", python_version, "--dest", str(dest), "--progress-bar", "off",
            "--disable-pip-version-check"]
@@ -186,6 +211,7 @@ def host_download(reqs: list[str], tags: list[str], python_version: str, dest: P
     if missing or not files:
         raise ConfigError(f"pip download left no wheel for {', '.join(missing) or ', '.join(reqs)}",
                           hint=f"see {logfile}")
+    record.write_text(json.dumps([f.name for f in files]) + "\n")
     return files
 
 
@@ -274,7 +300,7 @@ def setup_device(name: str, *, inventory=None, packages: list[str] | None = None
                                 doing="installing the wheels"), "@@edgeforge-install ", dev, "installing the wheels")
         seconds["install"] = time.monotonic() - t0
     res = SetupResult(dev.name, tags, facts["python"], reqs, wheels, out["python"], notes,
-                      {k: round(v, 1) for k, v in seconds.items()})
+                      {k: round(v, 1) for k, v in seconds.items()}, reused=bool(out.get("reused")))
     if update_inventory and dev.python != out["python"]:
         set_device_python(inv.path, dev.name, out["python"])
         res.inventory_updated = True

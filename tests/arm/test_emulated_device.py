@@ -48,7 +48,7 @@ def test_setup_installs_onnxruntime_from_the_host(emu_ready, emu):
     assert any("no ARM paddlelite wheel" in n and "README" in n for n in res.notes)
     assert emu.path("/root/edgeforge/env/site-packages/onnxruntime/capi").is_dir()
 
-    code, out, err = edgeforge("devices", "check", emu.name, "--inventory", emu_ready.inventory, "--json")
+    code, out, err = edgeforge("devices", "check", emu.name, "--inventory", emu_ready.inventory, "--json", "-q")
     report = json.loads(out)
     assert report["runtimes"]["onnxruntime"]["present"] and report["runtimes"]["onnxruntime"]["version"] == "1.23.2"
     assert report["fingerprint"]["emulated"] == "qemu-user"
@@ -56,13 +56,14 @@ def test_setup_installs_onnxruntime_from_the_host(emu_ready, emu):
     # rpi4's default backend is Paddle Lite, which no registry wheel provides for ARM: check fails
     # cleanly (exit 4, one line) and says what to do
     assert code == 4
-    assert len(err.strip().splitlines()) == 1
-    assert "paddlelite" in err and "benchmark_bin" in err and "README" in err
+    [line] = err.strip().splitlines()
+    assert line.startswith("error: device emu-arm64: does not match target rpi4")
+    assert "paddlelite" in line and "benchmark_bin" in line and "README" in line
 
     again = __import__("edgeforge.device.setup", fromlist=["setup_device"]).setup_device(
         emu.name, inventory=emu_ready.inventory, cache=PERSISTENT_CACHE)
     assert not any(w["uploaded"] for w in again.wheels)    # by digest: nothing sent twice
-    assert again.python == res.python and not again.inventory_updated
+    assert again.reused and again.python == res.python and not again.inventory_updated
 
 
 BENCHES = [("rpi4-fp32", "emu"), ("rpi4-int8", "emu"), ("orin-fp32", "orin"), ("orin-int8", "orin")]
@@ -134,4 +135,5 @@ def test_lite_nb_on_the_emulated_device_fails_cleanly(arm_builds, emu_ready, tmp
     code, _, err = edgeforge("bench", arm_builds["rpi4-lite"], "--device", "emu-arm64",
                              "--inventory", emu_ready.inventory, "--results", tmp_path, "-q")
     assert code == 4
-    assert "paddlelite" in err and len(err.strip().splitlines()) <= 2
+    [line] = [x for x in err.strip().splitlines() if x.startswith("error:")]
+    assert "runtime missing: paddlelite" in line and "benchmark_bin" in line and "README" in line
