@@ -155,23 +155,30 @@ def onnx_placement(model_path, providers, feeds, provider_options=None, cache_di
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     nodes = [n for n, op in onnx_nodes(model_path) if op != "Constant"]
+    counts = count_placement(events, nodes)
+    return placement_summary(counts, len(nodes), first or (providers or ["CPUExecutionProvider"])[0],
+                             run.runtime["providers"])
+
+
+def count_placement(events, nodes):
+    """{provider: nodes} from onnxruntime profile events over the artifact's ``nodes``."""
     names = set(nodes)
     counts, fused = {}, []
     for ev in events:
         name = ev.get("name", "")
         if ev.get("cat") != "Node" or not name.endswith("_kernel_time"):
             continue
-        node, provider = name[:-len("_kernel_time")], (ev.get("args") or {}).get("provider", "unknown")
+        args = ev.get("args") or {}
+        node, provider = name[:-len("_kernel_time")], args.get("provider", "unknown")
         if node in names:
             names.discard(node)
             counts[provider] = counts.get(provider, 0) + 1
-        elif provider not in fused:
-            fused.append(provider)
+        elif provider not in fused and not str(args.get("op_name", "")).startswith("Memcpy"):
+            fused.append(provider)      # a compiled subgraph (copies between providers are not)
     if names:
         owner = fused[0] if len(fused) == 1 else ("unplaced" if not fused else "+".join(fused))
         counts[owner] = counts.get(owner, 0) + len(names)
-    return placement_summary(counts, len(nodes), first or (providers or ["CPUExecutionProvider"])[0],
-                             run.runtime["providers"])
+    return counts
 
 
 def placement_summary(counts, total, first, registered):

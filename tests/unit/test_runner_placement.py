@@ -118,3 +118,25 @@ def test_the_accelerated_nodes_gate_holds_only_when_asked_and_fails_when_unmeasu
     assert g.name == "min_accelerated_nodes" and not g.passed
     with pytest.raises(ConfigError):
         evaluate_gates([], min_accelerated_nodes=2)
+
+
+def _ev(node, provider, op):
+    return {"cat": "Node", "name": f"{node}_kernel_time", "args": {"provider": provider, "op_name": op}}
+
+
+def test_nodes_inside_a_tensorrt_kernel_count_for_tensorrt_and_copies_do_not():
+    """The shape of a TensorRT EP profile: one fused kernel for most nodes, a node TensorRT left
+    to CPU, and the copies onnxruntime inserts between providers."""
+    nodes = [f"n{i}" for i in range(10)]
+    events = [_ev("TensorrtExecutionProvider_TRTKernel_graph_main_0_0", "TensorrtExecutionProvider", "TRTKernel_0"),
+              _ev("n9", "CPUExecutionProvider", "NonMaxSuppression"),
+              _ev("Memcpy_token_1", "CUDAExecutionProvider", "MemcpyToHost"),
+              {"cat": "Session", "name": "model_run", "args": {}}]
+    counts = runner.count_placement(events, nodes)
+    assert counts == {"TensorrtExecutionProvider": 9, "CPUExecutionProvider": 1}
+    p = runner.placement_summary(counts, 10, "TensorrtExecutionProvider", [])
+    assert p["summary"] == "9/10 nodes on TensorrtExecutionProvider" and p["accelerated"] == 9
+    assert p["warning"] == "partial placement: 9/10 nodes on TensorrtExecutionProvider; 1 on CPUExecutionProvider"
+    # nodes the profile never lists and no compiled kernel ran: unplaced, not invented
+    assert runner.count_placement([_ev("n0", "CPUExecutionProvider", "Conv")], ["n0", "n1"]) == {
+        "CPUExecutionProvider": 1, "unplaced": 1}
