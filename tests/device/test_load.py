@@ -145,3 +145,39 @@ def test_emulated_device_timings_are_labelled_and_not_gated(cli, lab, onnx_build
     assert "emulated device (qemu-user): these timings are not performance figures" in out
     code, _, err = _load(cli, lab, onnx_build, *args, "--force", inventory=inv)
     assert code == 0, err
+
+
+KILL_AFTER_TWO_LEVELS = '''import os, signal, sys
+if sys.argv and sys.argv[0].endswith("edgeforge_runner.py") and sys.argv[1:2] == ["load"]:
+    class _Out:
+        levels = 0
+        def __init__(self, s):
+            self.s = s
+        def write(self, text):
+            n = self.s.write(text)
+            if '"event": "level"' in text:
+                _Out.levels += 1
+                if _Out.levels == 2:
+                    self.s.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return n
+        def __getattr__(self, name):
+            return getattr(self.s, name)
+    sys.stdout = _Out(sys.stdout)
+'''
+
+
+def test_runner_killed_mid_curve_keeps_the_levels_measured(cli, lab, onnx_build):
+    hook = lab.root / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_AFTER_TWO_LEVELS)
+    py = lab.script("python-dies", f'#!/bin/sh\nPYTHONPATH={hook} exec {sys.executable} "$@"\n')
+    code, _, err = _load(cli, lab, onnx_build, "--concurrency", "1,2,4", "--duration", "0.3",
+                         "--sessions", "shared", inventory=lab.inventory(python=str(py)))
+    assert code == 4 and "runner crashed (SIGKILL)" in err, err
+    [path] = lab.result_files()
+    assert path.name.endswith("-load-incomplete.json") and str(path) in err.replace("\n", "")
+    r = read_load_result(path)
+    assert r["status"] == "incomplete" and "SIGKILL" in r["error"]
+    assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
+    assert all(lv["completed"] > 0 for lv in r["levels"])
