@@ -415,6 +415,27 @@ def cpu_flags(cpuinfo=None):
     return frozenset()
 
 
+_HWCAP = {1: "asimd", 9: "fphp", 10: "asimdhp", 20: "asimddp", 22: "sve"}     # arm64 AT_HWCAP bits
+_HWCAP2 = {13: "i8mm", 14: "bf16"}                                            # arm64 AT_HWCAP2 bits
+
+
+def hwcap_flags(auxv=None):
+    """aarch64 feature flags from the kernel's auxiliary vector (AT_HWCAP 16, AT_HWCAP2 26). Under
+    qemu-user it is the emulated CPU's, where /proc/cpuinfo is the host's."""
+    import struct
+
+    if auxv is None:
+        try:
+            with open("/proc/self/auxv", "rb") as fh:
+                auxv = fh.read()
+        except OSError:
+            return frozenset()
+    vec = dict(struct.iter_unpack("<QQ", auxv[: len(auxv) // 16 * 16]))
+    out = {name for bit, name in _HWCAP.items() if vec.get(16, 0) >> bit & 1}
+    out |= {name for bit, name in _HWCAP2.items() if vec.get(26, 0) >> bit & 1}
+    return frozenset(out)
+
+
 def int8_cpu_flags(flags):
     """The INT8-relevant subset of ``flags``, in a fixed order."""
     return [f for f in INT8_CPU_FLAGS if f in flags]
@@ -494,7 +515,7 @@ def fingerprint():
         "cpu_model": "%s (%s on %s)" % (emu[1], emu[0], cpu_model()) if emu else cpu_model(),
         "emulated": emu[0] if emu else None,
         "cores": os.cpu_count(),
-        "cpu_flags": int8_cpu_flags(cpu_flags()),
+        "cpu_flags": int8_cpu_flags(hwcap_flags() if emu else cpu_flags()),
         "arch": platform.machine(),
         "kernel": platform.release(),
         "os": platform.system(),

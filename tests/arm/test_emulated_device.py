@@ -90,6 +90,7 @@ def test_onnx_artifact_runs_on_aarch64_and_is_marked_emulated(emulated_results, 
     fp = r["device"]["fingerprint"]
     assert fp["arch"] == "aarch64" and fp["emulated"] == "qemu-user"
     assert fp["cpu_model"].startswith(f"{CPU} (qemu-user on ")
+    assert fp["cpu_flags"] == ["asimd"]                    # the Pi 4's A72: no dot product, from auxv
     assert r["runtime"]["name"] == "onnxruntime" and r["runtime"]["version"] == "1.23.2"
     assert len(r["samples_ms"]) == 20
     m = manifest(arm_builds[key])

@@ -100,3 +100,15 @@ def test_compare_refuses_an_emulated_run_unless_forced():
         compare(real, emu)
     out = compare(emu, emu, force=True)
     assert any("emulated timings" in f for f in out.forced_past)
+
+
+def test_hwcap_flags_read_the_emulated_cpu_from_auxv():
+    import struct
+
+    from edgeforge.runner import edgeforge_runner as runner
+
+    a76 = struct.pack("<8Q", 16, 1 << 1 | 1 << 9 | 1 << 10 | 1 << 20, 26, 0, 6, 4096, 0, 0)
+    assert runner.int8_cpu_flags(runner.hwcap_flags(a76)) == ["asimd", "asimddp", "asimdhp", "fphp"]
+    a72 = struct.pack("<4Q", 16, 1 << 1 | 1 << 0, 0, 0)
+    assert runner.int8_cpu_flags(runner.hwcap_flags(a72)) == ["asimd"]
+    assert runner.hwcap_flags(struct.pack("<2Q", 26, 1 << 13)) == {"i8mm"}
