@@ -13,7 +13,7 @@ from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ResultError
 from ..results.knee import describe, figures
 from ..results.load import is_load_document, read_load_result
 from . import fmt
@@ -35,8 +35,8 @@ def split_load_paths(paths, on_skip: Callable[[Path, str], None] | None = None):
     """(the paths for the bench loader, [(path, load result)]). A named load file must be a
     valid, complete one; in a directory, incomplete load runs are skipped (``on_skip``) and a
     directory that holds nothing but load results is not passed on."""
-    rest, loads = [], []
-    for given in map(Path, paths):
+    paths, rest, loads = [Path(p) for p in paths], [], []
+    for given in paths:
         if given.is_dir():
             other = False
             for f in sorted(given.rglob("*.json")):
@@ -55,10 +55,13 @@ def split_load_paths(paths, on_skip: Callable[[Path, str], None] | None = None):
         elif given.is_file() and is_load_document(_json(given)):
             r = read_load_result(given)
             if r["status"] != "ok":
-                raise ConfigError(f"{given}: an incomplete load run", hint="only complete runs are reported")
+                raise ResultError(f"{given}: an incomplete load run ({r.get('error') or 'status incomplete'})",
+                                  hint="only complete runs are reported")
             loads.append((given, r))
         else:
             rest.append(given)
+    if not rest and not loads:
+        rest = paths                 # nothing to report: the bench loader says why, in its words
     return rest, loads
 
 
