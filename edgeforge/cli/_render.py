@@ -40,10 +40,12 @@ def print_build_summary(m: dict, out_dir) -> None:
         s.add_row("float accuracy", fmt.pct(v.get("float_accuracy")))
     con.print(s)
     if v["status"] == "device-only":
-        con.print("[dim]verify: device-only — the host cannot run this artifact; `edgeforge bench` measures it on the board[/dim]")
+        con.print("[dim]verify: device-only — the host cannot run this artifact; "
+                  "`edgeforge bench` measures it on the board[/dim]", soft_wrap=False)
     applied = [r for r in m.get("rewrites", []) if r.get("ops")]
     if applied:
-        con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied))
+        con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied),
+                  soft_wrap=False)
     ab = m.get("accuracy_budget")
     if ab and len(ab.get("attempts") or []) > 1:
         def fig(r):
@@ -64,10 +66,11 @@ def print_build_summary(m: dict, out_dir) -> None:
                     f"{cost['p50_ms']:.3f} ms ({cost['latency_note']})")
         from rich.markup import escape
 
-        con.print(escape(msg) if ab["met"] else f"[red]{escape(msg)} — budget still missed[/red]")
+        con.print(escape(msg) if ab["met"] else f"[red]{escape(msg)} — budget still missed[/red]",
+                  soft_wrap=False)
     elif m.get("keep_float"):
-        con.print("kept in float: " + ", ".join(m["keep_float"]))
+        con.print("kept in float: " + ", ".join(m["keep_float"]), soft_wrap=False)
     if m.get("calibration_search"):
         con.print("calibration search: " + ", ".join(
             f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
-            + f" -> {m['quantization']['algo']}")
+            + f" -> {m['quantization']['algo']}", soft_wrap=False)
