@@ -56,15 +56,18 @@ def provider_entries(providers, options=None, cache_dir=None, available=None):
 
 
 def onnx_predictor(model_path, threads=None, providers=None, provider_options=None, cache_dir=None,
-                   profile_dir=None):
+                   profile_dir=None, spinning=True):
     """A run(feeds) callable on an onnxruntime session. ``profile_dir``: a profiling session with
-    graph optimizations off, for ``onnx_placement`` (its nodes are the artifact's own)."""
+    graph optimizations off, for ``onnx_placement`` (its nodes are the artifact's own).
+    ``spinning=False``: intra-op threads do not spin after a run (``load``: several at once)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = int(threads)
         opts.inter_op_num_threads = 1
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if profile_dir:
         opts.enable_profiling = True
         opts.profile_file_prefix = os.path.join(profile_dir, "edgeforge-placement")
@@ -931,17 +934,10 @@ def _load_feeds(feeds, batch):
 def _load_call(spec, build_dir, threads, spinning, feeds):
     """A zero-argument function that runs one inference on a session of its own."""
     model = os.path.join(build_dir, spec["artifact"]["path"])
-    if spec["backend"] == "onnx":
-        import onnxruntime as ort
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = int(threads or 0)
-        opts.inter_op_num_threads = 1
-        if not spinning:
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        wanted = spec.get("runtime", {}).get("execution_providers") or ["CPUExecutionProvider"]
-        have = ort.get_available_providers()
-        sess = ort.InferenceSession(model, sess_options=opts,
-                                    providers=[p for p in wanted if p in have] or ["CPUExecutionProvider"])
+    if spec["backend"] == "onnx":      # the build's providers and options, as bench uses them
+        rt = spec.get("runtime", {})
+        sess = onnx_predictor(model, threads, rt.get("execution_providers"), rt.get("provider_options"),
+                              os.path.join(build_dir, ENGINE_CACHE), spinning=spinning).session
         feed = {i.name: feeds[i.name] for i in sess.get_inputs()}
         run = sess.run
         return lambda: run(None, feed)
