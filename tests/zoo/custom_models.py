@@ -29,10 +29,10 @@ class EncoderBlock(nn.Layer):
 
 
 class ViTTiny(nn.Layer):
-    """4x4 patches by a strided conv, a learned position embedding, two encoder blocks, mean
-    pooling over the 64 tokens, a linear head."""
+    """8x8 patches by a strided conv (16 tokens of width 96), a learned position embedding, two
+    encoder blocks (4 heads, MLP ratio 4), mean pooling over the tokens, a linear head."""
 
-    def __init__(self, num_classes=10, dim=64, depth=2, heads=4, patch=4, size=32):
+    def __init__(self, num_classes=10, dim=96, depth=2, heads=4, patch=8, size=32):
         super().__init__()
         self.patch = nn.Conv2D(1, dim, patch, stride=patch)
         self.pos = self.create_parameter([1, (size // patch) ** 2, dim],
