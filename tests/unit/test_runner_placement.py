@@ -140,3 +140,23 @@ def test_nodes_inside_a_tensorrt_kernel_count_for_tensorrt_and_copies_do_not():
     # nodes the profile never lists and no compiled kernel ran: unplaced, not invented
     assert runner.count_placement([_ev("n0", "CPUExecutionProvider", "Conv")], ["n0", "n1"]) == {
         "CPUExecutionProvider": 1, "unplaced": 1}
+
+
+def test_cli_gate_min_accelerated_nodes_exits_1_only_when_asked(tmp_path, capsys):
+    from edgeforge.cli import main
+    from edgeforge.results.schema import write_result
+
+    cpu = runner.placement_summary({"CPUExecutionProvider": 49}, 49, "TensorrtExecutionProvider", [])
+    r = _result(cpu)
+    r.update(schema="edgeforge.bench/1", status="ok", transfer={"uploaded_bytes": 0, "seconds": 0})
+    r["device"]["fingerprint"] = {k: None for k in ("cpu_model", "kernel", "governor", "temp_c_before",
+                                                    "temp_c_after", "load_avg")}
+    r["runtime"].update(name="onnxruntime", version="1.23.2")
+    r["settings"] = {"warmups": 0, "runs": 1, "threads": 1}
+    r["summary"] = {k: 1.0 for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "mad_ms", "peak_rss_mb")}
+    r["drift"] = {k: None for k in ("top1_agreement", "accuracy", "float_accuracy", "max_abs_error", "cosine")}
+    r["drift"]["accuracy_drop"] = 0.0
+    write_result(tmp_path / "res", r)
+    assert main(["gate", str(tmp_path / "res"), "--min-accelerated-nodes", "0.9"]) == 1
+    assert "0/49 nodes accelerated" in capsys.readouterr().err
+    assert main(["gate", str(tmp_path / "res"), "--max-accuracy-drop", "1"]) == 0
