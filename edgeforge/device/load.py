@@ -17,7 +17,7 @@ as an ``incomplete`` result, and raises the DeviceError (exit 4).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -47,7 +47,6 @@ class LoadPlan:
     warmup_s: float | None = None
     slo_p99_ms: float | None = None
     seed: int = 1
-    extra: dict = field(default_factory=dict)
 
     def checked(self) -> LoadPlan:
         for name in ("concurrency", "batch"):

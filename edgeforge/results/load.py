@@ -23,8 +23,6 @@ from .schema import (ArtifactRef, DeviceRef, Runtime, Versioned, _Open, _slug, n
                      write_document)
 
 LOAD_SCHEMA = "edgeforge.load/1"
-MODES = ("closed", "open")
-SESSIONS = ("shared", "own")
 
 
 class Level(_Open):

@@ -181,3 +181,18 @@ def test_runner_killed_mid_curve_keeps_the_levels_measured(cli, lab, onnx_build)
     assert r["status"] == "incomplete" and "SIGKILL" in r["error"]
     assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
     assert all(lv["completed"] > 0 for lv in r["levels"])
+
+
+def test_paddle_lite_runs_one_predictor_per_worker_process(cli, lab, digits_project, tmp_path):
+    from edgeforge import api
+
+    build = api.build(digits_project, "linux-x86", backend="lite", out=tmp_path / "digits-lite").out_dir
+    code, _, err = _load(cli, lab, build, "--sessions", "shared")
+    assert code == 2 and "not thread-safe" in err
+    code, out, err = _load(cli, lab, build, "--concurrency", "1,2", "--duration", "0.3")
+    assert code == 0, err
+    [path] = lab.result_files()
+    r = read_load_result(path)
+    assert r["runtime"]["name"] == "paddlelite" and r["artifact"]["backend"] == "lite"
+    assert [(lv["sessions"], lv["concurrency"]) for lv in r["levels"]] == [("own", 1), ("own", 2)]
+    assert all(lv["completed"] > 0 and lv["errors"] == 0 for lv in r["levels"])
