@@ -128,6 +128,13 @@ def cmd_deploy(args) -> int:
         record = deploy(args.build_dir, selector, bench_options(args), name=args.name, keep=args.keep,
                         canary=args.canary, gates=gates, reason=args.reason, jobs=args.jobs,
                         on_step=on_step)
+    if args.junit:
+        from pathlib import Path
+
+        from ..report.gates import GateResult
+        from ..report.junit import write_junit
+
+        write_junit([GateResult(**g) for e in record.devices for g in e.gates], Path(args.junit))
     return _finish(args, record)
 
 

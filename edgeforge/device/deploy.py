@@ -22,6 +22,7 @@ check out) leaves ``current`` as it was. Fleets and canaries: :func:`deploy`.
 from __future__ import annotations
 
 from collections.abc import Callable
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,8 +140,6 @@ def run_smoke(tr, remote_dir: str, files: dict[str, str], timeout_s: float, leas
         if ev and ev["event"] in ("files", "runtime"):
             on_step("smoke", "sha256 checked" if ev["event"] == "files"
                     else f"{ev.get('name')} {ev.get('version')}: reference inputs")
-
-    import json
 
     r = tr.run([dev.python, f"{remote_dir}/edgeforge_runner.py", "smoke", remote_dir, "--spec", json.dumps(spec)],
                timeout=timeout_s, on_line=on_line, doing="running the smoke test")

@@ -52,8 +52,8 @@ def _over_budget(model):
     init.CopyFrom(numpy_helper.from_array(scale.astype(np.float32), init.name))
 
 
-@pytest.fixture(scope="session")
-def versions(builds, tmp_path_factory):
+@pytest.fixture(scope="session", name="versions")
+def _versions(builds, tmp_path_factory):
     root = tmp_path_factory.mktemp("versions")
     return {"v1": builds.onnx,
             "v2": make_variant(builds.onnx, root / "v2", _doc("digits v2")),
@@ -117,8 +117,12 @@ def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions):
     v2 = entry["release"]
     assert entry["status"] == "deployed" and entry["from"] == v1 and entry["current"] == v2
     assert entry["smoke"]["passed"] and entry["health"]["passed"]
-    # only the new artifact and its manifest went over the wire; the rest was linked from v1
-    assert entry["transfer"]["files"] == ["manifest.json", "model.onnx"]
+    # the new artifact and its manifest went over the wire; the reference data was linked from v1
+    # (the runner too, unless someone edited it in between: a shared working tree)
+    tr = entry["transfer"]
+    assert {"manifest.json", "model.onnx"} <= set(tr["files"]) <= {"manifest.json", "model.onnx",
+                                                                   "edgeforge_runner.py"}
+    assert {"reference/eval_inputs.npz", "reference/float_outputs.npz"} <= set(tr["reused"])
     assert current_id(lab.workdir) == v2 and current_digest(lab.workdir) == digest(versions["v2"])
 
     code, out, err = cli("rollback", NAME, "--device", "local", "--inventory", inv, "-q", "--json")
@@ -238,3 +242,20 @@ def test_pruning_keeps_newest_and_never_current_or_the_one_before(cli, lab, vers
     assert _deploy(cli, versions["v1"], inv, "--keep", "1")[0] == 0
     after = releases_on_disk(lab.workdir)
     assert older in after and current_id(lab.workdir) in after and len(after) == 2
+
+
+def test_a_held_lease_makes_deploy_report_busy(cli, lab, versions):
+    """One deploy or bench per device: a lease another run holds makes the deploy busy (exit 4)."""
+    from edgeforge.device.inventory import load_inventory
+    from edgeforge.device.lease import Lease
+    from edgeforge.device.transport import SSHTransport
+
+    inv = lab.inventory()
+    with SSHTransport(load_inventory(inv).get("local")) as tr:
+        lease = Lease(tr, 600, what="edgeforge bench (another run)").acquire()
+        try:
+            code, _, err = _deploy(cli, versions["v1"], inv)
+        finally:
+            lease.release()
+    assert code == 4 and "busy: leased by" in err, err
+    assert current_id(lab.workdir) is None and not releases_on_disk(lab.workdir)

@@ -13,8 +13,8 @@ import pytest
 from edgeforge.device.deploy import deploy, rollback
 from edgeforge.options import BenchOptions
 
-from test_deploy import NAME, current_digest, current_id, digest, history, releases_on_disk, top  # noqa: F401
-from test_deploy import versions  # noqa: F401  (the session fixture)
+from test_deploy import NAME, current_digest, current_id, digest, history, releases_on_disk, top
+from test_deploy import _versions  # noqa: F401  (the session fixture "versions")
 
 pytestmark = pytest.mark.device
 
