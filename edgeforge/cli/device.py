@@ -201,6 +201,13 @@ def print_bench_result(result: dict, path) -> None:
                  + (f", power mode {s['power_mode']}" if s.get("power_mode") else "")
                  + (f", providers {', '.join(s['execution_providers'])}" if s.get("execution_providers") else "")
                  + f", runner {s.get('runner')}, batch {s.get('batch', 1)}"))
+    load, place = rt.get("load") or {}, rt.get("placement")
+    if load:
+        info.add_row("load", f"first {fmt.num(load.get('first_ms'), '.1f', ' ms')}, "
+                             f"warm {fmt.num(load.get('warm_ms'), '.1f', ' ms')}")
+    if place:
+        info.add_row("placement", f"[yellow]{escape(place['warning'])}[/yellow]" if place.get("warning")
+                     else escape(place["summary"]))
     if dr.get("top1_agreement") is not None or dr.get("max_abs_error") is not None:
         info.add_row("top-1 agreement", fmt.pct(dr.get("top1_agreement")))
         if dr.get("accuracy") is not None:
