@@ -56,6 +56,8 @@ def plan_passes(project: Project, build: ResolvedBuild):
     bcfg = target.backend_config(backend)
     q = target.quantization
     eval_digest = _digest_or_empty(project.path(project.spec.data.evaluation))
+    if project.spec.data.label_output:      # which output the labels are for: part of what they mean
+        eval_digest += f"+label_output:{project.spec.data.label_output}"
     qcfg = QuantConfig(algo=build.algo, algo_fixed=build.algo_fixed,
                        calibration_batches=q.calibration_batches, batch_size=q.batch_size,
                        per_channel_weights=q.per_channel_weights, keep_float=list(build.keep_float),

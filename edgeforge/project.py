@@ -36,6 +36,7 @@ class ModelSection(Strict):
 class DataSection(Strict):
     calibration: str
     evaluation: str
+    label_output: int = Field(0, ge=0)     # which model output the evaluation labels are for
 
 
 class ProjectSpec(Strict):

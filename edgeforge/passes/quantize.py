@@ -170,7 +170,7 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
     from ..quant.budget import Budget, better, fit_budget
 
     budget = Budget(cfg.max_accuracy_drop if cfg.max_accuracy_drop is not None else 1.0, cfg.min_cosine,
-                    labelled=labels is not None)
+                    labelled=labels is not None, label_output=ctx.project.spec.data.label_output)
     fallback = cfg.max_accuracy_drop is not None and cfg.float_fallback
     float_out = reference() if (cfg.calibration_search or fallback) else None
     algo = cfg.algo

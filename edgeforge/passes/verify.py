@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field
 
 from ..cache import sha256_file
-from ..errors import PassError
+from ..errors import ConfigError, PassError
 from ..paddle_env import paddle_inference
 from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
@@ -84,6 +84,10 @@ class VerifyPass(Pass):
         result = {"status": "device-only", "top1_agreement": None, "accuracy": None, "float_accuracy": None,
                   "accuracy_drop": None, "max_abs_error": None, "rel_max_abs_error": None, "cosine": None,
                   "runtime": None}
+        k = ctx.project.spec.data.label_output
+        if k >= len(reference):
+            raise ConfigError(f"[data] label_output = {k}, but the model has {len(reference)} output(s)",
+                              hint=f"use 0 to {len(reference) - 1} in edgeforge.toml")
         if cfg.host_runnable:
             if ctx.backend == "onnx":
                 run = runner.onnx_predictor(out_dir / artifact_file, threads=None, providers=["CPUExecutionProvider"])
@@ -97,6 +101,9 @@ class VerifyPass(Pass):
                                              ctx.workdir / "verify-lite.log")
             m = runner.drift_metrics(outs, reference, labels)
             per_output = m.pop("outputs", [])
+            if k:       # the accuracy figures are those of the output the labels are for
+                m.update({f: per_output[k][f] for f in ("top1_agreement", "accuracy", "float_accuracy",
+                                                         "accuracy_drop")})
             result.update(m, runtime=runtime)
             if len(per_output) > 1:
                 result["outputs"] = per_output
@@ -117,8 +124,8 @@ class VerifyPass(Pass):
                 result["reason"] = reason
         else:
             # Float accuracy of the reference is still worth reporting.
-            if labels is not None and reference[0].ndim == 2:
-                result["float_accuracy"] = float(np.mean(reference[0].argmax(1) == labels))
+            if labels is not None and reference[k].ndim == 2:
+                result["float_accuracy"] = float(np.mean(reference[k].argmax(1) == labels))
         if contract is not None:
             result["contract"] = contract
         meta = {k: v for k, v in inp.meta.items()}

@@ -51,9 +51,11 @@ class Budget:
     max_accuracy_drop: float
     min_cosine: float
     labelled: bool
+    label_output: int = 0          # [data] label_output: the output the labels are for
 
     def measure(self, outputs, reference, labels) -> dict:
-        return {"accuracy_drop": round(accuracy_drop(outputs, reference, labels), 4),
+        k = self.label_output
+        return {"accuracy_drop": round(accuracy_drop(outputs[k:k + 1], reference[k:k + 1], labels), 4),
                 "cosine": round(worst_cosine(outputs, reference), 6)}
 
     def met(self, m: dict) -> bool:
