@@ -1,6 +1,8 @@
 """Library entry points. The CLI is a thin layer over these; nothing here prints or exits."""
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -101,6 +103,51 @@ def default_out_dir(project: Project, target: TargetProfile, backend: str, preci
     return Path("build") / f"{project.name}-{target.name}{suffix}"
 
 
+def is_build_dir(path: Path) -> bool:
+    """A previous edgeforge build: a directory whose manifest.json has an edgeforge.build/*
+    schema. Only such a directory may be replaced by ``--out``."""
+    try:
+        schema = json.loads((Path(path) / "manifest.json").read_text()).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(schema, str) and schema.startswith("edgeforge.build/")
+
+
+def check_out_dir(dest: Path) -> None:
+    """Refuse, before any pass runs (one line naming the path), an ``--out`` that must not be
+    replaced or cannot be written: an existing path that is not a previous build, a path below
+    a file, a directory that cannot be written (read-only filesystem, permissions). Creates
+    nothing."""
+    dest = Path(dest)
+    if dest.is_symlink() or dest.exists():
+        if dest.is_symlink() or not dest.is_dir() or not is_build_dir(dest):
+            kind = "a directory" if dest.is_dir() and not dest.is_symlink() else (
+                "a symlink" if dest.is_symlink() else "a file")
+            raise ConfigError(f"--out {dest} exists and is {kind}, not an edgeforge build",
+                              hint="edgeforge replaces only a previous build: "
+                                   "choose another path or remove it yourself")
+    parent = dest.parent
+    while not (parent.exists() or parent.is_symlink()):
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"--out {dest} is below {parent}, which is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=parent))
+    except OSError as exc:
+        raise ConfigError(f"--out {dest}: cannot write in {parent} ({exc.strerror or exc})") from None
+
+
+def _write_out(out_dir: Path, final, manifest: dict) -> None:
+    try:
+        with atomic_dir(out_dir) as tmp:
+            for p in final.path.iterdir():
+                (shutil.copytree if p.is_dir() else shutil.copy2)(p, tmp / p.name)
+            write_json_atomic(tmp / "manifest.json", manifest)
+    except OSError as exc:
+        raise ConfigError(f"--out {out_dir}: cannot write it ({exc.strerror or exc}); "
+                          "anything there before is as it was") from None
+
+
 def toolchain_versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -137,6 +184,7 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     source = project_artifact(project)
     passes = plan_passes(project, plan)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
+    check_out_dir(out_dir)
     cache = Cache(plan.cache_dir, enabled=plan.use_cache)
     with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
         ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,
@@ -145,10 +193,7 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
         manifest = build_manifest(project, plan, final, steps, toolchain_versions())
         exported = ctx.history.get(PADDLE_FLOAT)
         manifest["export"] = exported.meta.get("export") if exported is not None else None
-        with atomic_dir(out_dir) as tmp:
-            for p in final.path.iterdir():
-                (shutil.copytree if p.is_dir() else shutil.copy2)(p, tmp / p.name)
-            write_json_atomic(tmp / "manifest.json", manifest)
+        _write_out(out_dir, final, manifest)
     return BuildResult(out_dir, manifest)
 
 

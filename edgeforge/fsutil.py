@@ -101,25 +101,48 @@ def write_new_file(directory: Path, name: str, content: str | bytes) -> Path | N
         Path(tmp).unlink(missing_ok=True)
 
 
+def _umask_modes(root: Path) -> None:
+    """Give ``root`` and everything under it the modes a plain mkdir/open would (0777/0666 less
+    the umask; executables keep their x bits): mkdtemp's 0700 and a cache entry's modes must not
+    leak into what the user gets."""
+    mask = _umask()
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for name in filenames:
+            f = os.path.join(dirpath, name)
+            if not os.path.islink(f):
+                x = os.stat(f).st_mode & 0o111
+                os.chmod(f, (0o777 if x else 0o666) & ~mask)
+
+
 @contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
     """Yield a temporary directory beside ``dest``; on success it replaces ``dest`` whole.
 
-    On any failure the temporary directory is removed and ``dest`` is left as it was.
+    On any failure, including the final renames, the temporary directory is removed and
+    ``dest`` is left as it was (an OSError from the renames is re-raised after that). Modes
+    follow the umask.
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
         yield tmp
+        _umask_modes(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = None
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
-        os.rmdir(old)
-        os.replace(dest, old)
-    os.replace(tmp, dest)
+    try:
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+            os.rmdir(old)
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+    except BaseException:
+        if old is not None and old.exists() and not dest.exists():
+            os.replace(old, dest)                 # put the previous build back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
