@@ -131,6 +131,8 @@ def fsync_dir(d):
         os.fsync(fd)
     finally:
         os.close(fd)
+if req["op"] == "state" and not os.path.isdir(top):
+    say("ok", releases=[], current=None, current_exists=None, previous=None, history=[])
 try:
     os.makedirs(rel_dir, exist_ok=True)
     lock = os.open(os.path.join(top, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)

@@ -1252,7 +1252,7 @@ def smoke(release_dir, spec):
     budget = spec.get("budget") or smoke_budget(manifest)
     passed, reason = judge_drift(m, budget)
     emit("smoke", passed=passed, reason=reason, budget=budget, samples=len(next(iter(feeds.values()))),
-         drift={k: v for k, v in m.items() if k != "outputs"})
+         drift={k: v for k, v in m.items() if k != "outputs"}, runtime=made[0].runtime)
     emit("done", time=time.time())
     return EXIT_OK if passed else EXIT_DRIFT
 

@@ -259,3 +259,17 @@ def test_a_held_lease_makes_deploy_report_busy(cli, lab, versions):
             lease.release()
     assert code == 4 and "busy: leased by" in err, err
     assert current_id(lab.workdir) is None and not releases_on_disk(lab.workdir)
+
+
+def test_deploy_a_paddle_lite_build(cli, lab, builds):
+    """The smoke test runs a release with its own runtime: Paddle Lite for a .nb build."""
+    inv = lab.inventory()
+    code, out, err = cli("releases", "digits-lite", "--device", "local", "--inventory", inv, "--json")
+    assert code == 0 and json.loads(out)["releases"] == [] and not (lab.workdir / "deploy").exists()
+    code, out, err = _deploy(cli, builds.lite, inv, "--as", "digits-lite", "--json")
+    assert code == 0, err
+    [e] = json.loads(out)["devices"]
+    assert e["status"] == "deployed" and e["health"]["passed"]
+    assert e["smoke"]["budget"] == {"max_rel_error": 1e-4} and e["smoke"]["runtime"]["name"] == "paddlelite"
+    link = lab.workdir / "deploy" / "digits-lite" / "current"
+    assert os.readlink(link) == f"releases/{e['release']}" and (link / "model.nb").is_file()
