@@ -99,7 +99,9 @@ def cmd_report(args) -> int:
     for e in s.get("load", []):      # edgeforge load results: one line each, with the SLO pick
         rec = (e["analysis"].get("recommendation") or {}).get("line")
         con.print(f"load {e['id']}: {e['label']} on {e['device']['name']}, {len(e['levels'])} levels"
-                  + (f"; {rec}" if rec else ""), markup=False)
+                  + (", recommended:" if rec else ""), markup=False)
+        if rec:
+            con.print(rec, markup=False)
     for p in s["int8_vs_float"]:
         what = (f"{fmt.ratio(p['speedup'])} vs fp32 {p['float']['id']}, {verdict_cell(p)}" if p["float"]
                 else p["note"])
