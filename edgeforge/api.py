@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .cache import Cache, sha256_file, sha256_json
 from .errors import ConfigError, EdgeforgeError
 from .fsutil import atomic_dir, write_json_atomic
@@ -148,6 +150,74 @@ def _write_out(out_dir: Path, final, manifest: dict) -> None:
                           "anything there before is as it was") from None
 
 
+def _nonfinite(arr: np.ndarray) -> str | None:
+    """'3 NaN and 1 Inf values (of 8192)', or None when every value is finite (or not float)."""
+    if not np.issubdtype(arr.dtype, np.floating):
+        return None
+    nan = int(np.isnan(arr).sum())
+    inf = int(np.isinf(arr).sum())
+    if not nan and not inf:
+        return None
+    parts = [f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n]
+    return f"{' and '.join(parts)} value{'s' if nan + inf > 1 else ''} (of {arr.size})"
+
+
+def check_data(project: Project, which: str, arrays: dict) -> None:
+    """NaN or Inf in a data set makes verify pass on ``nan`` and calibration fail deep in a
+    pass: refuse it first, one line naming the file, the array and how many values."""
+    rel = getattr(project.spec.data, which)
+    for name, arr in arrays.items():
+        bad = _nonfinite(arr)
+        if bad:
+            raise ConfigError(f"{which} data {rel}: array '{name}' holds {bad}",
+                              hint="every value must be finite: clean or drop those samples")
+
+
+def check_weights(project: Project) -> None:
+    """NaN or Inf in the weights: refused before export, naming the file and the tensor."""
+    from .weights import load_state_dict
+
+    if project.weights is None or not project.weights.is_file():
+        return
+    for name, arr in load_state_dict(project.weights).items():
+        bad = _nonfinite(arr)
+        if bad:
+            raise ConfigError(f"weights {project.spec.model.weights}: tensor '{name}' holds {bad}",
+                              hint="the model's weights must be finite: re-train or re-export them")
+
+
+def check_labels(project: Project, labels: np.ndarray | None, exported) -> None:
+    """Labels outside the model's output range make float accuracy 0 and any budget pass.
+    The number of classes is the last dimension of the labelled output's shape, as export's
+    probe recorded it (``output_shapes`` in its metadata): so this runs right after export,
+    before any other pass."""
+    if labels is None or exported is None:
+        return
+    shapes = exported.meta.get("output_shapes") or []
+    k = getattr(project.spec.data, "label_output", 0)
+    if k >= len(shapes) or len(shapes[k]) != 2 or not shapes[k][-1] or shapes[k][-1] < 1:
+        return                          # not a [batch, classes] output: nothing to check against
+    classes = int(shapes[k][-1])
+    bad = (labels < 0) | (labels >= classes)
+    if bad.any():
+        raise ConfigError(
+            f"evaluation data {project.spec.data.evaluation}: array 'labels' has {int(bad.sum())} "
+            f"value{'s' if bad.sum() > 1 else ''} outside the model's {classes} classes "
+            f"(0..{classes - 1}; found {int(labels.min())}..{int(labels.max())})",
+            hint="labels are class indices into the model's output")
+
+
+def _after_export(project: Project, labels, ctx, on_event: Event | None) -> Event:
+    from .passes.base import PADDLE_FLOAT
+
+    def emit(name: str, phase: str, info: dict) -> None:
+        if on_event is not None:
+            on_event(name, phase, info)
+        if name == "export" and phase == "done":
+            check_labels(project, labels, ctx.history.get(PADDLE_FLOAT))
+    return emit
+
+
 def toolchain_versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -179,8 +249,11 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     plan = BuildOptions.of(options, **overrides).resolve(load_target(target))
     profile, backend, precision = plan.target, plan.backend, plan.precision
     # Check the data before spending minutes on export.
-    project.load_data("calibration")
-    project.load_data("evaluation")
+    data = {which: project.load_data(which) for which in ("calibration", "evaluation")}
+    for which, arrays in data.items():
+        check_data(project, which, arrays)
+    check_weights(project)
+    labels = data["evaluation"].get("labels")
     source = project_artifact(project)
     passes = plan_passes(project, plan)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
@@ -189,7 +262,8 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
         ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,
                           workdir=Path(work), log=log or (lambda m: None))
-        final, steps = Pipeline(passes, cache).run(source, ctx, on_event)
+        final, steps = Pipeline(passes, cache).run(source, ctx,
+                                                   _after_export(project, labels, ctx, on_event))
         manifest = build_manifest(project, plan, final, steps, toolchain_versions())
         exported = ctx.history.get(PADDLE_FLOAT)
         manifest["export"] = exported.meta.get("export") if exported is not None else None
