@@ -148,6 +148,9 @@ class LoadRun(Bench):
         s = self.settings
         levels = self.level_events()
         fp = base["device"]["fingerprint"]
+        ran = next((lv.get("providers") for lv in levels if lv.get("providers")), None)
+        if ran:
+            base["runtime"]["providers"] = ran              # the execution providers that ran
         base.update(schema=LOAD_SCHEMA, levels=levels, analysis=analyse(levels, self.plan.slo_p99_ms),
                     emulated=fp.get("emulated"),
                     settings={"duration_s": self.plan.duration_s, "warmup_s": self.plan.warmup,

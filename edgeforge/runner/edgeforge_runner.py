@@ -940,7 +940,11 @@ def _load_call(spec, build_dir, threads, spinning, feeds):
                               os.path.join(build_dir, ENGINE_CACHE), spinning=spinning).session
         feed = {i.name: feeds[i.name] for i in sess.get_inputs()}
         run = sess.run
-        return lambda: run(None, feed)
+
+        def call():
+            return run(None, feed)
+        call.providers = sess.get_providers()       # the execution providers that took the session
+        return call
     names = [i["name"] for i in spec["inputs"]]
     pred = lite_predictor(model, threads, spec.get("runtime", {}).get("power_mode"), names)
     return lambda: pred(feeds)
@@ -1024,6 +1028,7 @@ def _load_child(conn, spec, build_dir, level, feeds, index):
                                 (level.get("seed", 1) * 1000003 + index))
             take = itertools.count().__next__
         res = _work(call, t0 + warmup_s, t_end, arrivals, take, duration_s)
+        res["providers"] = getattr(call, "providers", None)
         res["offered"] = len([a for a in arrivals if a >= t0 + warmup_s]) if arrivals is not None else None
         conn.send(res)
     except Exception as exc:  # noqa: BLE001
@@ -1077,6 +1082,7 @@ def load_level(spec, build_dir, level, feeds, warmup_s, duration_s):
     if level["sessions"] == "shared":
         call = _load_call(spec, build_dir, level["threads"], level["spinning"], bfeeds)
         call()
+        level["providers"] = getattr(call, "providers", None)
         watch = _RssWatch([os.getpid()])
         t0 = time.perf_counter() + 0.01
         _, out, arrivals, join = _load_threads(call, level, t0, warmup_s, duration_s)
@@ -1099,6 +1105,7 @@ def load_level(spec, build_dir, level, feeds, warmup_s, duration_s):
                 why = got.get("fatal") if isinstance(got, dict) else "exit code %s" % p.exitcode
                 got = {"lat": [], "errors": 1, "error": "worker died: %s" % why, "last": None}
             out.append(got)
+            level.setdefault("providers", got.get("providers"))
     rss = watch.done()
     temp1 = temperature_c()
     lat = [x for o in out for x in o["lat"]]

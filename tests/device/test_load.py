@@ -59,6 +59,8 @@ def test_curve_knee_slo_and_report_round_trip(cli, lab, onnx_build, tmp_path):
     shared4 = next(lv for lv in levels if lv["sessions"] == "shared" and lv["concurrency"] == 4)
     assert own4["peak_rss_mb"] > shared4["peak_rss_mb"]         # four processes, a session each
     assert "cpu_model" in r["device"]["fingerprint"] and r["lease"]["released_at"]
+    assert r["runtime"]["providers"] == ["CPUExecutionProvider"]
+    assert all(lv["providers"] == ["CPUExecutionProvider"] for lv in levels)
     # the knees: one verdict per series, printed; the SLO pick printed as one line to copy
     a = r["analysis"]
     assert len(a["knees"]) == 4 and a["slo_p99_ms"] == 1000
