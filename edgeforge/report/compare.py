@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -136,8 +136,6 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
             min_change: float = MIN_CHANGE, labels: tuple[str, str] = ("A", "B")) -> CompareResult:
     """Compare run B against run A (see the module doc for the method). Raises ConfigError
     (exit 2) for runs from different device fingerprints or runtimes unless ``force``."""
-    from scipy.stats import bootstrap, mannwhitneyu
-
     if not 0 < alpha < 1:
         raise ConfigError(f"alpha must be between 0 and 1, not {alpha}")
     if min_change < 0:
@@ -161,6 +159,23 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
 
     xa = np.asarray(a["samples_ms"], dtype=float)
     xb = np.asarray(b["samples_ms"], dtype=float)
+    res = compare_samples(xa, xb, alpha, min_change=min_change, labels=labels)
+    notes = _warnings(_Side(labels[0], a, xa, res.lag1_a, res.blocks_a),
+                      _Side(labels[1], b, xb, res.lag1_b, res.blocks_b), alpha, fp_unknown)
+    forced = tuple(reasons) + forced_emu
+    if forced:
+        notes.insert(0, f"forced past: {' and '.join(forced)}; the difference may come from the "
+                        f"device or the runtime, not the artifacts")
+    return replace(res, forced_past=forced, warnings=tuple(notes))
+
+
+def compare_samples(xa, xb, alpha: float = ALPHA, *, min_change: float = MIN_CHANGE,
+                    labels: tuple[str, str] = ("A", "B")) -> CompareResult:
+    """The statistics of :func:`compare` on two raw sample lists (milliseconds), without the
+    result documents' checks and notes: e.g. two models timed interleaved on the build host."""
+    from scipy.stats import bootstrap, mannwhitneyu
+
+    xa, xb = np.asarray(xa, dtype=float), np.asarray(xb, dtype=float)
     lag_a, lag_b = lag1_autocorrelation(xa), lag1_autocorrelation(xb)
     size = max(block_size(len(xa), lag_a), block_size(len(xb), lag_b))
     ma, mb = block_medians(xa, size), block_medians(xb, size)
@@ -181,18 +196,10 @@ def compare(a: dict, b: dict, force: bool = False, alpha: float = ALPHA, *,
     else:
         reason = ""
     verdict = "not significant" if reason else ("slower" if ratio > 1 else "faster")
-
-    notes = _warnings(_Side(labels[0], a, xa, lag_a, len(ma)), _Side(labels[1], b, xb, lag_b, len(mb)),
-                      alpha, fp_unknown)
-    forced = tuple(reasons) + forced_emu
-    if forced:
-        notes.insert(0, f"forced past: {' and '.join(forced)}; the difference may come from the "
-                        f"device or the runtime, not the artifacts")
     return CompareResult(verdict=verdict, ratio=ratio, ci_low=ci_low, ci_high=ci_high, p_value=p,
                          p_value_iid=p_iid, p50_a_ms=p50_a, p50_b_ms=p50_b, n_a=len(xa), n_b=len(xb),
                          block_size=size, blocks_a=len(ma), blocks_b=len(mb), lag1_a=lag_a, lag1_b=lag_b,
-                         alpha=alpha, min_change=min_change, reason=reason, labels=tuple(labels),
-                         forced_past=forced, warnings=tuple(notes))
+                         alpha=alpha, min_change=min_change, reason=reason, labels=tuple(labels))
 
 
 def _ratio_interval(ma: np.ndarray, mb: np.ndarray, level: float, bootstrap) -> tuple[float, float]:

@@ -1,0 +1,125 @@
+"""The INT8 verdict: is INT8 worth shipping here, in one line a person can act on.
+
+One rule, used by the build summary (host stand-in), ``bench``, ``sweep``, ``report``,
+``--precision auto`` and ``benchmarks/int8_speedup.py``:
+
+- the speed comes from :mod:`.compare`'s statistics on fp32 (A) against INT8 (B): INT8 is
+  "faster" or "slower" only when compare says so (p < alpha, the interval of the ratio excludes
+  1, at least the practical threshold), else "not significant";
+- the accuracy is the INT8 build's cost: its accuracy drop in points (with labels) or its
+  cosine against float, and whether it is within the accuracy budget;
+- ship INT8 only when it is significantly faster *and* within the budget; otherwise ship fp32
+  (a not-significant speed-up buys only size).
+
+The speed-up is ``p50(fp32) / p50(INT8)``: above 1 INT8 is faster, "0.77x of fp32" is slower.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ship: str                     # "int8" | "fp32"
+    speed: str                    # "faster" | "slower" | "not significant" | "not measured"
+    speedup: float | None         # p50(fp32) / p50(int8)
+    p_value: float | None
+    accuracy_drop: float | None   # points lost (positive: INT8 is worse)
+    cosine: float | None
+    within_budget: bool | None    # None: no budget known
+    line: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _get(c, key):
+    if c is None:
+        return None
+    return c.get(key) if isinstance(c, dict) else getattr(c, key, None)
+
+
+def accuracy_text(accuracy_drop: float | None, cosine: float | None) -> str:
+    """'-0.3 points' (the accuracy change: minus is worse), else 'cosine 0.9991', else ''."""
+    if accuracy_drop is not None:
+        change = -float(accuracy_drop)
+        return f"{change:+.1f} points" if round(change, 1) else "0.0 points"
+    if cosine is not None:
+        return f"cosine {cosine:.4f}"
+    return ""
+
+
+def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: float | None = None,
+                 cosine: float | None = None, within_budget: bool | None = None,
+                 where: str = "on this device") -> Verdict:
+    """The verdict for one INT8 build against its fp32 counterpart.
+
+    ``compare``: compare(fp32, int8) as a CompareResult or its ``to_dict()`` (None: no
+    statistics, only ``speedup``). ``where``: how the line names the place measured."""
+    verdict = _get(compare, "verdict")
+    ratio = _get(compare, "ratio")
+    if ratio:
+        speedup = 1.0 / float(ratio)
+    p = _get(compare, "p_value")
+    speed = verdict if verdict in ("faster", "slower", "not significant") else "not measured"
+    acc = accuracy_text(accuracy_drop, cosine)
+    over = within_budget is False
+    if speed == "faster" and not over:
+        ship = "int8"
+        line = f"INT8 {speedup:.2f}x faster than fp32" + (f", {acc}" if acc else "") + ": ship INT8"
+    elif speed == "faster":
+        ship = "fp32"
+        line = (f"INT8 {speedup:.2f}x faster than fp32, but {acc or 'accuracy'} is over the "
+                "accuracy budget: ship fp32")
+    elif speed == "slower":
+        ship = "fp32"
+        line = f"INT8 {speedup:.2f}x of fp32 (slower) {where}" + (f", {acc}" if acc else "") + ": ship fp32"
+    elif speed == "not significant":
+        ship = "fp32"
+        line = (f"INT8 {speedup:.2f}x of fp32, not significant (p={p:.2g}) {where}"
+                + (f", {acc}" if acc else "") + ": no speed-up, ship fp32 unless size matters")
+    else:
+        ship = "fp32"
+        shown = f"{speedup:.2f}x of fp32, " if speedup else ""
+        line = f"INT8 {shown}speed not compared {where}: no verdict, fp32 until measured"
+    return Verdict(ship=ship, speed=speed, speedup=speedup, p_value=p, accuracy_drop=accuracy_drop,
+                   cosine=cosine, within_budget=within_budget, line=line)
+
+
+def pair_verdict(pair: dict) -> Verdict | None:
+    """The verdict of one ``int8_vs_float`` pair of a report summary (None without an fp32
+    run); the accuracy is the INT8 run's drift on the device."""
+    if not pair.get("float"):
+        return None
+    emulated = "emulated" in (pair.get("note") or "")
+    return int8_verdict(pair.get("compare"), speedup=pair.get("speedup"),
+                        accuracy_drop=pair.get("accuracy_drop"), cosine=pair.get("cosine"),
+                        where="on this (emulated) device" if emulated else "on this device")
+
+
+def choose(candidates: list[dict]) -> dict:
+    """``--precision auto``: the fastest candidate that meets the accuracy budget, where a
+    precision other than fp32 must be significantly faster than fp32 to be chosen.
+
+    Each candidate: ``{"precision", "p50_ms", "met": bool, "compare": compare(fp32, it) as a
+    dict or None}`` (fp32's own compare is None). Returns ``{"precision", "reason"}``."""
+    by = {c["precision"]: c for c in candidates}
+    if "fp32" not in by:
+        raise ValueError("precision auto needs an fp32 candidate")
+    wins = [c for c in candidates if c["precision"] != "fp32" and c.get("met")
+            and _get(c.get("compare"), "verdict") == "faster"]
+    if wins:
+        best = min(wins, key=lambda c: c["p50_ms"])
+        return {"precision": best["precision"],
+                "reason": f"{best['precision']} is {by['fp32']['p50_ms'] / best['p50_ms']:.2f}x faster than "
+                          "fp32 and meets the accuracy budget"}
+    why = []
+    for c in candidates:
+        if c["precision"] == "fp32":
+            continue
+        v = _get(c.get("compare"), "verdict") or "not measured"
+        ratio = by["fp32"]["p50_ms"] / c["p50_ms"] if c.get("p50_ms") else None
+        shown = f" ({ratio:.2f}x)" if ratio else ""
+        why.append(f"{c['precision']} {'misses the budget' if not c.get('met') else v}{shown}")
+    return {"precision": "fp32", "reason": "no other precision is significantly faster within the budget"
+            + (f": {', '.join(why)}" if why else "")}
