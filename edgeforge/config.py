@@ -17,9 +17,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
-    """Base for every config model: unknown keys are refused, instances are frozen."""
+    """Base for every config model: unknown keys are refused, instances are frozen, and values
+    are not coerced (``shape = [3.0]``, ``port = "22"`` are errors; an int is a valid float)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def closest(name: str, choices) -> str | None:
@@ -69,21 +70,52 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
+NAME_WORDS = "letters, digits, '_', '.' and '-', starting with a letter or a digit"
+# What a pattern allows, in words: a validation error never shows a bare regex.
+PATTERN_WORDS = {
+    r"^[A-Za-z0-9][A-Za-z0-9_.-]*$": NAME_WORDS,
+    r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$":
+        "module:callable, e.g. 'model:build' (a dotted module path, a colon, a Python name)",
+}
+
+
+def _words(err: dict) -> str:
+    msg = err.get("msg", "invalid value")
+    if err.get("type") == "string_pattern_mismatch":
+        pattern = (err.get("ctx") or {}).get("pattern", "")
+        msg = f"must be {PATTERN_WORDS.get(pattern, 'of the documented form (see README)')}"
+    if err.get("type") not in ("missing", "extra_forbidden") and "input" in err:
+        shown = repr(err["input"])
+        msg += f" (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
+    return msg
+
+
+def _unknown_key(model: type[BaseModel], loc: tuple, source: str) -> str:
+    owner = _model_at(model, loc)
+    choices = list(owner.model_fields) if owner else []
+    where = ".".join(str(p) for p in loc)
+    return f"{source}: unknown key '{where}'{did_you_mean(loc[-1], choices)}"
+
+
 def parse_model(model: type[M], data: dict[str, Any], source: str) -> M:
-    """Validate ``data`` into ``model``; turn the first problem into a one-line ConfigError."""
+    """Validate ``data`` into ``model``; turn the first problem into a one-line ConfigError.
+
+    A misspelled required key is two errors to pydantic (missing + unknown): the unknown key,
+    with the closest valid name, is named first and the missing one after it."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err = errors[0]
         loc = tuple(err.get("loc", ()))
         where = ".".join(str(p) for p in loc) or "(top level)"
         if err.get("type") == "extra_forbidden":
-            owner = _model_at(model, loc)
-            choices = list(owner.model_fields) if owner else []
-            raise ConfigError(
-                f"{source}: unknown key '{where}'{did_you_mean(loc[-1], choices)}"
-            ) from None
+            raise ConfigError(_unknown_key(model, loc, source)) from None
         if err.get("type") == "missing":
+            extra = [tuple(e["loc"]) for e in errors if e.get("type") == "extra_forbidden"
+                     and tuple(e["loc"])[:-1] == loc[:-1]]
+            if extra:
+                raise ConfigError(f"{_unknown_key(model, extra[0], source)}; "
+                                  f"required key '{where}' is missing") from None
             raise ConfigError(f"{source}: missing required key '{where}'") from None
-        msg = err.get("msg", "invalid value")
-        raise ConfigError(f"{source}: {where}: {msg}") from None
+        raise ConfigError(f"{source}: {where}: {_words(err)}") from None

@@ -5,13 +5,14 @@ Profiles are data, in ``targets/*.toml``. Unknown keys and unknown names are err
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
-from .config import Strict, did_you_mean, parse_model, read_toml
+from .config import NAME_WORDS, Strict, did_you_mean, parse_model, read_toml
 from .errors import ConfigError
 
 Precision = Literal["int8", "fp16", "fp32"]
@@ -54,8 +55,8 @@ class EpRules(Strict):
     activation_types: list[IntType] = ["int8", "uint8"]
     weight_types: list[IntType] = ["int8", "uint8"]
     zero_point_zero: bool = False            # every zero point must be 0 (symmetric only)
-    activation_range: tuple[int, int] = (-128, 255)
-    weight_range: tuple[int, int] = (-128, 255)
+    activation_range: tuple[int, int] = Field((-128, 255), strict=False)   # a TOML list
+    weight_range: tuple[int, int] = Field((-128, 255), strict=False)
     int32_dequantize: bool = True            # a DequantizeLinear may read int32 (quantized bias)
     per_tensor_activations: bool = False     # an activation's scale must be a scalar
     constant_scales: bool = False            # scales and zero points must be initializers
@@ -197,6 +198,9 @@ def _load(path: Path) -> TargetProfile:
 
 
 def load_target(name: str, directory: Path | None = None) -> TargetProfile:
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise ConfigError(f"target name {name!r} is not a name: it may hold only {NAME_WORDS} "
+                          "(no path separators)", hint="run `edgeforge targets` to list them")
     directory = directory or targets_dir()
     path = directory / f"{name}.toml"
     if not path.is_file():

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ..config import Strict
 from ..project import Project
@@ -46,6 +46,8 @@ class PassContext:
 
 class PassConfig(Strict):
     """Base for pass configs: strict, frozen, JSON-serialisable (goes into the cache key)."""
+
+    model_config = ConfigDict(strict=False)     # built in code (tuples for lists), not from TOML
 
 
 class Pass:
