@@ -76,10 +76,13 @@ PATTERN_WORDS = {
     r"^[A-Za-z0-9][A-Za-z0-9_.-]*$": NAME_WORDS,
     r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$":
         "module:callable, e.g. 'model:build' (a dotted module path, a colon, a Python name)",
+    r"^[0-9a-f]{64}$": "a sha256: 64 lowercase hex digits",
+    r"^edgeforge\.build/1$": "'edgeforge.build/1' (this edgeforge's build manifests)",
 }
 
 
-def _words(err: dict) -> str:
+def describe(err: dict) -> str:
+    """A pydantic error's message in words, with the value it got (never a bare regex)."""
     msg = err.get("msg", "invalid value")
     if err.get("type") == "string_pattern_mismatch":
         pattern = (err.get("ctx") or {}).get("pattern", "")
@@ -118,4 +121,4 @@ def parse_model(model: type[M], data: dict[str, Any], source: str) -> M:
                 raise ConfigError(f"{_unknown_key(model, extra[0], source)}; "
                                   f"required key '{where}' is missing") from None
             raise ConfigError(f"{source}: missing required key '{where}'") from None
-        raise ConfigError(f"{source}: {where}: {_words(err)}") from None
+        raise ConfigError(f"{source}: {where}: {describe(err)}") from None

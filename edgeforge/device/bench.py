@@ -54,6 +54,7 @@ from .settings import (
     build_files,
     needed_modules,
     resolve_settings,
+    validate_build,
 )
 from .transport import SSHTransport
 
@@ -135,6 +136,7 @@ class Bench:
         self.timing = {"started_at": None, "finished_at": None, "run_started_at": None, "run_finished_at": None}
         self.build_dir = Path(build_dir)
         self.manifest = read_manifest(self.build_dir)
+        validate_build(self.build_dir, self.manifest)
         self.device = device
         self.settings = settings
         self.trust_new_host = opts.trust_new_host
@@ -452,6 +454,7 @@ def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
 
     opts = opts or BenchOptions()
     manifest = read_manifest(build_dir)
+    validate_build(Path(build_dir), manifest)
     inv = load_inventory(opts.inventory)
     dev = inv.get(device)
     b = Bench(build_dir, dev, resolve_settings(manifest, dev, opts), opts, on_step=on_step,
