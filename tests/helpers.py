@@ -45,3 +45,23 @@ def tiny_project(root: Path, name: str, model_src: str, shape: list[int], sample
     for part in ("calib", "eval"):
         np.savez(root / "data" / f"{part}.npz", x=rng.normal(size=(samples, *shape[1:])).astype("float32"))
     return root
+
+
+def readonly_tmpfs(d: Path, keep: dict[str, str] | None = None):
+    """A contextmanager: mount a read-only tmpfs on ``d`` (made), holding the files ``keep``
+    ({name: text}), unmounted on exit. Needs root (chmod 0555 would not stop root): callers
+    skip without it."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def mounted():
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], check=True)
+        try:
+            for name, text in (keep or {}).items():
+                (d / name).write_text(text)
+            subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
+            yield d
+        finally:
+            subprocess.run(["umount", str(d)], check=False)
+    return mounted()

@@ -52,6 +52,7 @@ from .settings import (
     BenchSettings,
     arch_matches,
     build_files,
+    check_results_dir,
     needed_modules,
     resolve_settings,
     validate_build,
@@ -399,6 +400,7 @@ class Bench:
         raise AssertionError("unreachable")
 
     def run(self) -> BenchOutcome:
+        check_results_dir(self.results_dir)
         files = build_files(self.build_dir, self.manifest)
         digests = self.local_digests(files)
         self.timing["started_at"] = iso(time.time())

@@ -2,6 +2,7 @@
 the files it uploads, and whether a device's architecture is the target's."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal, Optional
@@ -169,6 +170,24 @@ def validate_build(build_dir: Path, manifest: dict) -> None:
             raise ConfigError(f"{where}: field {dotted} = {rel!r} leads outside the build directory "
                               f"(to {resolved}, through a symlink)",
                               hint="a build directory must hold its own files: rebuild it")
+
+
+def check_results_dir(path: Path) -> None:
+    """Before anything is measured: the results directory exists or can be made, and a file can
+    be written in it (a read-only filesystem or permissions would lose the measurement at the
+    end). Else ConfigError (exit 2) naming it. Leaves no file behind."""
+    import tempfile
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".edgeforge-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"results directory {path} is not writable ({exc.strerror or exc})",
+                          hint="point --results (or $EDGEFORGE_RESULTS) at a directory you can "
+                               "write; nothing was measured") from None
 
 
 def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:

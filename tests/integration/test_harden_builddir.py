@@ -7,11 +7,12 @@ through Bench). Through the real CLI."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
 
-from helpers import copy_project, run_cli
+from helpers import copy_project, readonly_tmpfs, run_cli
 from test_errors import assert_clean_failure
 
 
@@ -104,3 +105,17 @@ def test_fleet_bench_and_deploy_refuse_it_too(crafted, tmp_path):
     dep = run_cli("deploy", str(build), "--devices", "all", "--inventory", str(inv))
     assert_clean_failure(dep, 2, "field reference.outputs = '../PLANTED.npz'")
     _nothing_written(tmp_path)
+
+
+def test_read_only_results_directory_is_refused_before_measuring(crafted, tmp_path):
+    """Checked before connecting: the device here does not even listen, and the error is the
+    results directory's, not the device's (no bench runs only to lose its measurement)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only tmpfs needs root (chmod 0555 does not stop root)")
+    build, inv = crafted
+    with readonly_tmpfs(tmp_path / "ro", {"old.json": "{}"}) as ro:
+        res = run_cli("bench", str(build), "--device", "orin", "--inventory", str(inv), "--results", str(ro))
+        assert_clean_failure(res, 2, f"results directory {ro} is not writable (Read-only file system)",
+                             "nothing was measured")
+        assert sorted(p.name for p in ro.iterdir()) == ["old.json"]
+        assert "127.0.0.1" not in res.stderr + res.stdout      # no connection was tried

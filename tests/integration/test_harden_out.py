@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 
 import pytest
 
-from helpers import copy_project, run_cli
+from helpers import copy_project, readonly_tmpfs, run_cli
 from test_errors import assert_clean_failure
 
 
@@ -65,18 +64,10 @@ def test_out_below_a_file_is_refused(project, tmp_path):
 
 @pytest.fixture
 def readonly_dir(tmp_path):
-    """A read-only tmpfs (root: chmod 0555 would not stop us), unmounted afterwards."""
     if os.geteuid() != 0:
         pytest.skip("mounting a read-only tmpfs needs root (chmod 0555 does not stop root)")
-    d = tmp_path / "ro"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], check=True)
-    try:
-        (d / "keep.txt").write_text("kept")
-        subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
+    with readonly_tmpfs(tmp_path / "ro", {"keep.txt": "kept"}) as d:
         yield d
-    finally:
-        subprocess.run(["umount", str(d)], check=False)
 
 
 def test_out_on_a_read_only_filesystem_is_refused(project, readonly_dir):
