@@ -43,6 +43,7 @@ class BuildMeta(BaseModel):
     keep_float: list[str] = []                    # layers kept in float
     accuracy_budget: Optional[dict[str, Any]] = None
     calibration_search: Optional[list[dict[str, Any]]] = None
+    int8_vs_fp32: Optional[dict[str, Any]] = None   # host stand-in: both timed interleaved
     rewrites: list[dict[str, Any]] = []           # legalize rewrites and their op counts
 
     def manifest_fields(self) -> dict[str, Any]:

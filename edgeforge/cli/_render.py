@@ -38,7 +38,15 @@ def print_build_summary(m: dict, out_dir) -> None:
         s.add_row("cosine", fmt.num(v.get("cosine"), ".6f"))
     elif v.get("float_accuracy") is not None:
         s.add_row("float accuracy", fmt.pct(v.get("float_accuracy")))
+    verdict = host_verdict(m)
+    if verdict is not None:
+        sp = m["int8_vs_fp32"]
+        s.add_row("INT8 vs fp32", f"p50 {sp['fp32_p50_ms']:.3f} -> {sp['int8_p50_ms']:.3f} ms on the host "
+                                  f"({sp['threads']} threads, interleaved, spinning off)")
     con.print(s)
+    if verdict is not None:
+        style = "green" if verdict.ship == "int8" else "yellow"
+        con.print(f"[{style}]verdict (host stand-in): {verdict_text(m, verdict)}[/{style}]", soft_wrap=False)
     if v["status"] == "device-only":
         con.print("[dim]verify: device-only — the host cannot run this artifact; "
                   "`edgeforge bench` measures it on the board[/dim]", soft_wrap=False)
@@ -58,12 +66,7 @@ def print_build_summary(m: dict, out_dir) -> None:
         if ab["keep_float"]:
             shown = ", ".join(ab["keep_float"][:6]) + (", …" if len(ab["keep_float"]) > 6 else "")
             msg += f" ({shown})"
-        cost = ab.get("cost") or {}
-        if cost and cost.get("p50_ms") is None:
-            msg += f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB ({cost['latency_note']})"
-        elif cost:
-            msg += (f"; cost {cost['size_delta_bytes'] / 1024:+.1f} KB, p50 {cost['p50_ms_int8']:.3f} -> "
-                    f"{cost['p50_ms']:.3f} ms ({cost['latency_note']})")
+        msg += float_cost(ab.get("cost") or {})
         from rich.markup import escape
 
         con.print(escape(msg) if ab["met"] else f"[red]{escape(msg)} — budget still missed[/red]",
@@ -74,3 +77,49 @@ def print_build_summary(m: dict, out_dir) -> None:
         con.print("calibration search: " + ", ".join(
             f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
             + f" -> {m['quantization']['algo']}", soft_wrap=False)
+
+
+def host_verdict(m: dict):
+    """The INT8 verdict of a build from its host timing (compare's statistics on the interleaved
+    samples, verify's accuracy), or None where the host did not time it."""
+    sp = m.get("int8_vs_fp32")
+    if not sp:
+        return None
+    from ..report.compare import compare_samples
+    from ..report.verdict import int8_verdict
+
+    v = m["verify"]
+    c = compare_samples(sp["fp32_samples_ms"], sp["int8_samples_ms"], labels=("fp32", "int8"))
+    drop = v.get("accuracy_drop")
+    return int8_verdict(c, accuracy_drop=drop, cosine=None if drop is not None else v.get("cosine"),
+                        within_budget=v["status"] == "passed" if v.get("runtime") else None,
+                        where="on the host")
+
+
+def verdict_text(m: dict, verdict) -> str:
+    """The verdict line, and, when INT8 loses, that no variant tried beats fp32 and what
+    ``--precision auto`` picks."""
+    if verdict.ship == "int8":
+        return verdict.line
+    tried = (m.get("accuracy_budget") or {}).get("speed") or []
+    fp32 = m["int8_vs_fp32"]["fp32_p50_ms"]
+    beats = [t for t in tried if t["p50_ms"] < fp32 * 0.99]
+    if verdict.speed == "faster":
+        return verdict.line
+    if beats:
+        return f"{verdict.line}; --precision auto picks fp32"
+    return (f"{verdict.line}; none of the {max(len(tried), 1)} INT8 variant(s) tried beats fp32 "
+            "here: --precision auto picks fp32")
+
+
+def float_cost(cost: dict) -> str:
+    """What the float layers cost against plain INT8, signs as a reader expects them:
+    size + is larger, p50 + is slower."""
+    if not cost:
+        return ""
+    size = f"size {cost['size_delta_bytes'] / 1024:+.1f} KB"
+    if cost.get("p50_ms") is None:
+        return f"; cost vs plain INT8: {size} ({cost['latency_note']})"
+    d = cost["p50_ms"] - cost["p50_ms_int8"]
+    return (f"; cost vs plain INT8: {size}, p50 {d:+.3f} ms ({'slower' if d > 0 else 'faster'}: "
+            f"{cost['p50_ms_int8']:.3f} -> {cost['p50_ms']:.3f} ms, {cost['latency_note']})")

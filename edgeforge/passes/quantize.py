@@ -167,10 +167,9 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
     (host runtime or simulation), ``reference()`` is the float model's outputs. Returns the
     model, the manifest fields, and (when layers were kept in float) a callable that writes
     plain INT8 with the same algorithm, for the cost comparison."""
-    from ..quant.budget import Budget, better, fit_budget
+    from ..quant.budget import better, fit_budget
 
-    budget = Budget(cfg.max_accuracy_drop if cfg.max_accuracy_drop is not None else 1.0, cfg.min_cosine,
-                    labelled=labels is not None, label_output=ctx.project.spec.data.label_output)
+    budget = make_budget(cfg, ctx, labels)
     fallback = cfg.max_accuracy_drop is not None and cfg.float_fallback
     float_out = reference() if (cfg.calibration_search or fallback) else None
     algo = cfg.algo
@@ -206,6 +205,13 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
         def plain():
             return quantize(fit.algo, list(cfg.keep_float))
     return model, meta, plain
+
+
+def make_budget(cfg: QuantConfig, ctx: PassContext, labels):
+    from ..quant.budget import Budget
+
+    return Budget(cfg.max_accuracy_drop if cfg.max_accuracy_drop is not None else 1.0, cfg.min_cosine,
+                  labelled=labels is not None, label_output=ctx.project.spec.data.label_output)
 
 
 _ORT_METHOD = {"KL": "Entropy", "hist": "Percentile", "mse": "Entropy", "avg": "MinMax", "abs_max": "MinMax"}
@@ -291,6 +297,11 @@ class OnnxQuantizePass(Pass):
             cfg, ctx, quantize, predict=lambda m: runner.predict_all(runner.onnx_predictor(m), feeds),
             reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
             rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
+        plain_path = plain() if plain is not None else None
+        if ctx.target.backend_config(ctx.backend).host_runnable:
+            model = self._fastest(ctx, inp.path / "model.onnx", (model, plain_path), meta,
+                                  lambda keep: quantize(meta["quantization"]["algo"], keep),
+                                  (feeds, labels, lambda: runner.predict_all(runner.onnx_predictor(pre), feeds)))
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
         meta["quantization"]["pre_process"] = pre_info
@@ -299,33 +310,86 @@ class OnnxQuantizePass(Pass):
                                               host_cpu_flags=flags)
         meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
                      **{k: v for k, v in inp.meta.items() if k == "rewrites"}})
-        if plain is not None:
-            meta["accuracy_budget"]["cost"] = onnx_cost(plain(), final, feeds)
+        if plain_path is not None:
+            meta["accuracy_budget"]["cost"] = onnx_cost(plain_path, final, meta.get("int8_vs_fp32"))
         return meta
+
+    def _fastest(self, ctx: PassContext, fp32: Path, models: tuple, meta: dict, requantize, data) -> Path:
+        """Where the host runs the artifact: time fp32, the budget's INT8 and (when layers were
+        kept in float) plain INT8 and the contiguous float sets that also meet the budget,
+        interleaved in one process (spinning off); keep the fastest INT8 that meets the budget.
+        Records ``int8_vs_fp32`` (raw samples, for compare) and ``accuracy_budget.speed``."""
+        import os
+
+        from ..quant.budget import contiguous_alternatives, float_regions
+        from ..quant.speed import NOTE, interleaved, p50
+
+        model, plain = models
+        feeds, labels, reference = data
+        ab = meta.get("accuracy_budget")
+        keep = list(meta.get("keep_float") or [])
+        options = {"int8": (model, keep, ab["final"] if ab else None)}
+        order = [n.name for n in _onnx_nodes(fp32) if n.op_type in ONNX_QUANTIZABLE]
+        if ab and ab["met"] and plain is not None:
+            budget, reference = make_budget(self.config, ctx, labels), reference()
+            for alt in contiguous_alternatives(keep, order, list(self.config.keep_float)):
+                ctx.log(f"accuracy budget: trying {len(alt)} float layer(s) in "
+                        f"{float_regions(alt, order)} region(s)")
+                cand = requantize(alt)
+                m = budget.measure(runner_outputs(cand, feeds), reference, labels)
+                ab["attempts"].append({"algo": meta["quantization"]["algo"], "kept": len(alt),
+                                       "speed_alternative": True, **m})
+                if budget.met(m):
+                    options[f"int8 ({len(alt)} float)"] = (cand, alt, m)
+        timed = {"fp32": fp32, **{k: v[0] for k, v in options.items()}}
+        if plain is not None:
+            timed["plain int8"] = plain
+        threads = min(int(ctx.target.runtime.threads or 1), os.cpu_count() or 1)
+        ctx.log(f"timing fp32 and INT8 on the host ({NOTE})")
+        samples = interleaved(timed, feeds, threads=threads)
+        best = min(options, key=lambda k: p50(samples[k]))
+        model, keep, m = options[best]
+        if ab:
+            ab["speed"] = [{"variant": k, "float_layers": len(timed_keep),
+                            "regions": float_regions(timed_keep, order), "p50_ms": round(p50(samples[k]), 4),
+                            "chosen": k == best} for k, (_, timed_keep, _) in options.items()]
+            if plain is not None:
+                ab["speed"].append({"variant": "plain int8", "float_layers": len(self.config.keep_float),
+                                    "p50_ms": round(p50(samples["plain int8"]), 4), "met": False})
+            if best != "int8":
+                ab.update(keep_float=keep, final=m)
+                meta["keep_float"] = list(keep)
+        meta["int8_vs_fp32"] = {"fp32_samples_ms": [round(x, 5) for x in samples["fp32"]],
+                                "int8_samples_ms": [round(x, 5) for x in samples[best]],
+                                "plain_int8_p50_ms": round(p50(samples["plain int8"]), 4) if plain else None,
+                                "fp32_p50_ms": round(p50(samples["fp32"]), 4),
+                                "int8_p50_ms": round(p50(samples[best]), 4),
+                                "threads": threads, "note": NOTE}
+        return model
 
 
 ONNX_QUANTIZABLE = ("Conv", "Gemm", "MatMul", "ConvTranspose")
 
 
-def onnx_cost(plain: Path, kept: Path, feeds: dict) -> dict:
-    """What keeping layers in float cost: size and host p50 latency (batch 1), side by side."""
-    import time as _time
+def _onnx_nodes(path: Path):
+    import onnx
 
+    return onnx.load(str(path)).graph.node
+
+
+def runner_outputs(model: Path, feeds: dict) -> list:
     from ..runner import edgeforge_runner as runner
 
-    one = {k: v[:1] for k, v in feeds.items()}
-    lat = {}
-    for label, path in (("int8", plain), ("with_float_layers", kept)):
-        run = runner.onnx_predictor(path, threads=1)
-        for _ in range(5):
-            run(one)
-        samples = []
-        for _ in range(30):
-            t = _time.perf_counter()
-            run(one)
-            samples.append((_time.perf_counter() - t) * 1000)
-        lat[label] = float(np.median(samples))
-    return {"size_bytes_int8": plain.stat().st_size, "size_bytes": kept.stat().st_size,
+    return runner.predict_all(runner.onnx_predictor(model), feeds)
+
+
+def onnx_cost(plain: Path, kept: Path, speed: dict | None) -> dict:
+    """What keeping layers in float cost against plain INT8: the size change (+: larger) and,
+    from the host's interleaved timing when there is one, the p50 change (+: slower)."""
+    cost = {"size_bytes_int8": plain.stat().st_size, "size_bytes": kept.stat().st_size,
             "size_delta_bytes": kept.stat().st_size - plain.stat().st_size,
-            "p50_ms_int8": round(lat["int8"], 4), "p50_ms": round(lat["with_float_layers"], 4),
-            "latency_note": "host onnxruntime, batch 1, 1 thread (stand-in)"}
+            "p50_ms_int8": None, "p50_ms": None, "latency_note": "latency is measured on the device"}
+    if speed and speed.get("plain_int8_p50_ms"):
+        cost.update(p50_ms_int8=speed["plain_int8_p50_ms"], p50_ms=speed["int8_p50_ms"],
+                    latency_note=speed["note"])
+    return cost

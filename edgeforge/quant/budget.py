@@ -160,6 +160,40 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
     return model, result
 
 
+def float_regions(keep: list[str], order: list[str]) -> int:
+    """How many contiguous runs of layers ``keep`` forms along ``order`` (the graph's
+    quantizable layers in order): each run costs a quantize/dequantize boundary on each side."""
+    idx = sorted({order.index(k) for k in keep if k in order})
+    return sum(1 for i, j in enumerate(idx) if i == 0 or j != idx[i - 1] + 1)
+
+
+def contiguous_alternatives(keep: list[str], order: list[str], base: list[str] = (),
+                            max_gap: int = 2) -> list[list[str]]:
+    """Float sets that hold at least ``keep`` with fewer or cheaper boundaries: the gaps of up
+    to ``max_gap`` layers between float layers filled (one region instead of two), and then a
+    region near the graph's input or output stretched to it (a float stem or head needs no
+    boundary on that side). Each is ``base`` + layers in graph order; none equals ``keep``."""
+    idx = sorted({order.index(k) for k in keep if k in order and k not in base})
+    if not idx:
+        return []
+    filled = set(idx)
+    for a, b in zip(idx, idx[1:]):
+        if 0 < b - a - 1 <= max_gap:
+            filled.update(range(a + 1, b))
+    ends = set(filled)
+    if min(ends) <= max_gap:
+        ends.update(range(0, min(ends)))
+    if max(ends) >= len(order) - 1 - max_gap:
+        ends.update(range(max(ends), len(order)))
+    out, seen = [], {tuple(sorted(keep))}
+    for cand in (filled, ends):
+        names = list(base) + [order[i] for i in sorted(cand) if order[i] not in base]
+        if tuple(sorted(names)) not in seen:
+            seen.add(tuple(sorted(names)))
+            out.append(names)
+    return out
+
+
 def better(budget: Budget, a: dict, b: dict) -> bool:
     if budget.labelled:
         return (a["accuracy_drop"], -a["cosine"]) < (b["accuracy_drop"], -b["cosine"])

@@ -14,23 +14,29 @@ from pathlib import Path
 
 import numpy as np
 
-RUNS = 60
+RUNS = (60, 600)          # rounds: at least 60, and as many as fit in SECONDS, up to 600
+SECONDS = 2.0
 WARMUPS = 10
 NOTE = "host onnxruntime, batch 1, interleaved in one process, spinning off"
 
 
-def interleaved(models: dict[str, Path], feeds: dict[str, np.ndarray], runs: int = RUNS,
+def interleaved(models: dict[str, Path], feeds: dict[str, np.ndarray], runs: int | None = None,
                 warmups: int = WARMUPS, threads: int | None = None) -> dict[str, list[float]]:
     """{label: raw latency samples in ms} for each model of ``models`` ({label: path}), timed
     interleaved at batch 1 (the first sample of ``feeds``). The order rotates every round, so
-    no model always runs right after the same one."""
+    no model always runs right after the same one. ``runs=None``: rounds as :data:`RUNS` and
+    :data:`SECONDS` say (fast models get more samples, so compare can tell them apart)."""
     from ..runner.edgeforge_runner import onnx_predictor
 
     one = {k: np.ascontiguousarray(v[:1]) for k, v in feeds.items()}
     runners = {label: onnx_predictor(path, threads=threads, spinning=False) for label, path in models.items()}
+    t0 = time.perf_counter()
     for _ in range(warmups):
         for run in runners.values():
             run(one)
+    if runs is None:
+        per_round = (time.perf_counter() - t0) / max(warmups, 1)
+        runs = int(min(max(SECONDS / max(per_round, 1e-6), RUNS[0]), RUNS[1]))
     labels = list(runners)
     samples: dict[str, list[float]] = {label: [] for label in labels}
     for i in range(runs):

@@ -47,6 +47,15 @@ def test_plain_int8_misses_budget_and_fallback_meets_it(outlier_project, tmp_pat
     assert m["artifact"]["size_bytes"] == cost["size_bytes"]
     # still mostly INT8: smaller than the float model
     assert m["artifact"]["size_bytes"] < m["float_size_bytes"]
+    # the host timed fp32, plain INT8 and each INT8 variant that meets the budget, interleaved,
+    # and kept the fastest of those (issue 18)
+    speed, host = ab["speed"], m["int8_vs_fp32"]
+    assert [s for s in speed if s.get("chosen")][0]["float_layers"] == len(m["keep_float"])
+    met = [s for s in speed if "met" not in s]
+    assert min(s["p50_ms"] for s in met) == [s for s in speed if s.get("chosen")][0]["p50_ms"]
+    assert any(s["variant"] == "plain int8" for s in speed)
+    assert len(host["fp32_samples_ms"]) == len(host["int8_samples_ms"]) >= 60
+    assert cost["p50_ms"] == host["int8_p50_ms"] and cost["p50_ms_int8"] == host["plain_int8_p50_ms"]
 
 
 def test_budget_miss_is_a_gate_failure_exit_1(outlier_project, tmp_path):
