@@ -117,7 +117,7 @@ def _link_options(args):
 # ---------------------------------------------------------------- commands
 
 def cmd_deploy(args) -> int:
-    from ..device.deploy import deploy
+    from ..device.deploy import DeploySpec, deploy
 
     check_gate_flags(args)
     selector = _selector(args)
@@ -125,9 +125,9 @@ def cmd_deploy(args) -> int:
     if gates and args.force:
         gates["force"] = True
     with fleet_progress(args.quiet) as on_step:
-        record = deploy(args.build_dir, selector, bench_options(args), name=args.name, keep=args.keep,
-                        canary=args.canary, gates=gates, reason=args.reason, jobs=args.jobs,
-                        on_step=on_step)
+        spec = DeploySpec(name=args.name, keep=args.keep, canary=args.canary, gates=gates, reason=args.reason,
+                          jobs=args.jobs)
+        record = deploy(args.build_dir, selector, bench_options(args), spec, on_step=on_step)
     if args.junit:
         from pathlib import Path
 

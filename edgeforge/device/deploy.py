@@ -22,9 +22,8 @@ check out) leaves ``current`` as it was. Fleets and canaries: :func:`deploy`.
 from __future__ import annotations
 
 from collections.abc import Callable
-import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -32,13 +31,8 @@ from ..errors import (
     Busy,
     ConfigError,
     ConnectionLost,
-    DeviceError,
-    DigestMismatch,
     EdgeforgeError,
     GateFailed,
-    RunnerCrashed,
-    RunnerTimeout,
-    RuntimeMissing,
     Unhealthy,
 )
 from ..manifest import read_manifest
@@ -47,8 +41,6 @@ from ..results.deploy import DeviceEntry, new_record
 from .bench import (
     BACKOFF_S,
     Bench,
-    _Partial,
-    _tail,
     build_files,
     guarded,
     resolve_settings,
@@ -57,6 +49,9 @@ from .health import HealthStore
 from .inventory import Device, load_inventory, select_devices
 from .lease import Lease, lease_ttl
 from .releases import (
+    HealthCheckFailed,
+    SmokeFailed,
+    run_smoke,
     ReleaseRefused,
     Releases,
     check_id,
@@ -66,20 +61,32 @@ from .releases import (
 )
 
 KEEP = 5
-SMOKE_EXIT_DRIFT = 6
 Step = Callable[[str, str, str], None]      # (device, step, message)
 
 
-class SmokeFailed(GateFailed):
-    """The release's drift on the device is over the build's budget (exit 1): not switched in."""
+@dataclass(frozen=True)
+class DeploySpec:
+    """What a deploy asks beyond the bench options: the release name (default: the build's
+    model name), releases kept, canary count and their gates, the reason recorded, parallelism."""
 
-    def __init__(self, device: str, detail: str, *, hint: str | None = None):
-        self.device, self.detail = device, detail
-        super().__init__(f"device {device}: {detail}", hint=hint)
+    name: str | None = None
+    keep: int = KEEP
+    canary: int = 0
+    gates: dict = field(default_factory=dict)
+    reason: str | None = None
+    jobs: int | None = None
 
 
-class HealthCheckFailed(DeviceError):
-    """The health check through ``current`` failed after a switch; edgeforge switched back."""
+@dataclass(frozen=True)
+class Switch:
+    """A switch of ``current``: to a release (None with action "rollback": the one before
+    current; None otherwise: no release), recorded with ``reason``. ``expect``: True = whatever
+    is current when read; else the release current must still be on (a canary's revert)."""
+
+    to: str | None
+    reason: str
+    action: str = "rollback"
+    expect: str | None | bool = True
 
 
 def release_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
@@ -126,47 +133,6 @@ class _Link:
             tr.close()
 
 
-def run_smoke(tr, remote_dir: str, files: dict[str, str], timeout_s: float, lease: Lease | None,
-              on_step) -> dict:
-    """The runner's smoke test of ``remote_dir`` (a release, or ``current``); returns its
-    ``smoke`` event. Raises SmokeFailed for drift over budget, DeviceError for the rest."""
-    dev = tr.device
-    spec = {"files": files, "deadline_s": timeout_s + 5.0,
-            "lease": ({"dir": f"{dev.workdir}/.lease", "token": lease.token} if lease is not None else None)}
-    partial = _Partial()
-
-    def on_line(line):
-        ev = partial.feed(line)
-        if ev and ev["event"] in ("files", "runtime"):
-            on_step("smoke", "sha256 checked" if ev["event"] == "files"
-                    else f"{ev.get('name')} {ev.get('version')}: reference inputs")
-
-    r = tr.run([dev.python, f"{remote_dir}/edgeforge_runner.py", "smoke", remote_dir, "--spec", json.dumps(spec)],
-               timeout=timeout_s, on_line=on_line, doing="running the smoke test")
-    if not partial.events:
-        for line in r.stdout.splitlines():
-            partial.feed(line)
-    if r.connection_lost:
-        raise ConnectionLost(dev.name, f"connection to {dev.address} lost during the smoke test")
-    if r.timed_out:
-        raise RunnerTimeout(dev.name, f"smoke test timed out after {timeout_s:g}s", hint="raise --timeout")
-    err, smoke = partial.first("error"), partial.first("smoke")
-    if err:
-        if err.get("kind") == "digest":
-            raise DigestMismatch(dev.name, f"files of the release do not match their sha256: "
-                                 f"{', '.join(err.get('files', []))}", hint="deploy again to upload them")
-        cls = RuntimeMissing if err.get("kind") == "runtime-missing" else RunnerCrashed
-        raise cls(dev.name, f"smoke test: {err.get('message')}")
-    if r.exit_code == 127:
-        raise RuntimeMissing(dev.name, f"python '{dev.python}' not found on the device")
-    if smoke and not smoke.get("passed"):
-        raise SmokeFailed(dev.name, f"smoke test failed: {smoke.get('reason')} on {smoke.get('samples')} "
-                          "reference inputs", hint="not switched in; the build does not hold its budget here")
-    if r.exit_code != 0 or not smoke:
-        raise RunnerCrashed(dev.name, f"smoke test exited {r.exit_code}: {_tail(r.stderr) or 'no verdict'}")
-    return {k: v for k, v in smoke.items() if k != "event"}
-
-
 def _detail(exc: EdgeforgeError) -> str:
     return getattr(exc, "detail", None) or exc.message
 
@@ -198,8 +164,7 @@ class Deployer:
     manifest: dict
     name: str
     opts: BenchOptions
-    keep: int = KEEP
-    reason: str | None = None
+    spec: DeploySpec
     on_step: Step = lambda d, s, m: None
 
     def __call__(self, dev: Device, entry: DeviceEntry) -> None:
@@ -246,23 +211,22 @@ class Deployer:
         lease.renew()
         step("switch", f"current -> {rid}")
         store.switch(rid, expect=st.current, action="deploy",
-                     reason=self.reason or f"deploy {m.get('name') or 'model'}@{sha[:12]}")
+                     reason=self.spec.reason or f"deploy {m.get('name') or 'model'}@{sha[:12]}")
         entry.to = entry.current = rid
         entry.status = "switched"
         health_check_or_back(tr, store, entry, digests, timeout, lease, step)
-        entry.pruned = store.prune(self.keep, protect=[rid])
+        entry.pruned = store.prune(self.spec.keep, protect=[rid])
         entry.status = "deployed"
         step("done", f"current is {rid}" + (f", pruned {len(entry.pruned)}" if entry.pruned else ""))
 
 
-def switch_device(dev: Device, name: str, opts: BenchOptions, entry: DeviceEntry, *, to: str | None = None,
-                  reason: str, action: str = "rollback", expect: str | None | bool = True,
+def switch_device(dev: Device, name: str, opts: BenchOptions, entry: DeviceEntry, sw: Switch,
                   on_step: Step = lambda d, s, m: None) -> None:
-    """Point ``current`` of NAME on ``dev`` at ``to`` (None: the release before current), record
-    it, health-check it (switching back on failure). ``expect``: True = whatever was current when
-    read; else the release current must still be on (a canary's revert)."""
+    """Make the switch ``sw`` of NAME on ``dev``, record it, health-check it (switching back on
+    failure); fills ``entry``."""
     step = lambda s, m: on_step(dev.name, s, m)
     settings = device_settings(dev, opts)
+    to, reason, action, expect = sw.to, sw.reason, sw.action, sw.expect
 
     def on(tr, lease):
         store = Releases(tr, name, settings.command_timeout_s)
@@ -346,18 +310,18 @@ def _guarded_each(inv_path, opts: BenchOptions, store: HealthStore, fn):
     return work
 
 
-def deploy(build_dir, devices: str, opts: BenchOptions | None = None, *, name: str | None = None,
-           keep: int = KEEP, canary: int = 0, gates: dict | None = None, reason: str | None = None,
-           jobs: int | None = None, on_step: Step | None = None):
+def deploy(build_dir, devices: str, opts: BenchOptions | None = None, spec: DeploySpec | None = None, *,
+           on_step: Step | None = None):
     """Deploy BUILD_DIR to the selected devices (a name, tags, or 'all'); returns the
-    ``edgeforge.deploy/1`` record, one entry per device. With ``canary`` K: the first K devices
-    first, benched (through ``current``) and gated with ``gates``; if they pass the rest follow,
-    else the canaries are switched back and the rest are not touched."""
+    ``edgeforge.deploy/1`` record, one entry per device. With ``spec.canary`` K: the first K
+    devices first, benched (through ``current``) and gated with ``spec.gates``; if they pass the
+    rest follow, else the canaries are switched back and the rest are not touched."""
     from .fleet import new_id, plan
 
-    opts = opts or BenchOptions()
+    opts, spec = opts or BenchOptions(), spec or DeploySpec()
+    name, keep, canary, jobs = spec.name, spec.keep, spec.canary, spec.jobs
     on_step = on_step or (lambda d, s, m: None)
-    gates = {k: v for k, v in (gates or {}).items() if v is not None}
+    gates = {k: v for k, v in (spec.gates or {}).items() if v is not None}
     if name is not None:
         check_name(name)
     manifest = read_manifest(build_dir)
@@ -378,7 +342,7 @@ def deploy(build_dir, devices: str, opts: BenchOptions | None = None, *, name: s
                         canary=canary, gates=gates)
     record.devices = [e for _, e in pairs]
     store = HealthStore(inv.path)
-    dep = Deployer(Path(build_dir), manifest, name, opts, keep, reason, on_step)
+    dep = Deployer(Path(build_dir), manifest, name, opts, spec, on_step)
     first, rest = (todo[:canary], todo[canary:]) if canary else (todo, [])
     for _, e in first:
         e.role = "canary" if canary else "device"
@@ -435,8 +399,8 @@ def _revert(dev: Device, name: str, opts: BenchOptions, e: DeviceEntry, why: str
     """Switch a canary back to the release it ran before (or to none)."""
     status, back = e.status, DeviceEntry(device=e.device, target=e.target)
     try:
-        switch_device(dev, name, opts, back, to=e.from_, reason=f"canary failed: {why}", action="canary-revert",
-                      expect=e.release, on_step=on_step)
+        switch_device(dev, name, opts, back, Switch(e.from_, f"canary failed: {why}", "canary-revert", e.release),
+                      on_step)
         e.current = back.current
         e.status = status if status in ("gate failed", "failed") else "reverted"
         e.notes.append(f"switched back to {e.from_ or 'no release'}")
@@ -458,8 +422,7 @@ def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: s
     pairs = [(d, DeviceEntry(device=d.name, target=d.target, role="device")) for d in select_devices(inv, devices)]
     record = new_record("rollback", new_id("rollback"), name)
     record.devices = [e for _, e in pairs]
-    why = reason or (f"rollback to {to}" if to else "rollback")
-    work = lambda dev, e: switch_device(dev, name, opts, e, to=to, reason=why, on_step=on_step
-                                        or (lambda d, s, m: None))
+    sw = Switch(to, reason or (f"rollback to {to}" if to else "rollback"))
+    work = lambda dev, e: switch_device(dev, name, opts, e, sw, on_step or (lambda d, s, m: None))
     _parallel(_guarded_each(inv.path, opts.model_copy(update={"health": False}), HealthStore(inv.path), work), pairs)
     return record

@@ -37,15 +37,10 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from ..errors import (
-    ConfigError,
-    ConnectionLost,
-    DeviceError,
-    DigestMismatch,
-    Misconfigured,
-    RunnerCrashed,
-    RunnerTimeout,
-)
+from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, GateFailed, Misconfigured,
+                      RunnerCrashed, RunnerTimeout, RuntimeMissing)
+from .bench import _Partial, _tail
+from .lease import Lease
 from .transport import SSHTransport
 
 RELEASES_PREFIX = "@@edgeforge-releases "
@@ -366,3 +361,58 @@ class Releases:
 class ReleaseRefused(DeviceError):
     """The device refused a change to its releases: the release is incomplete or missing, or
     ``current`` moved under us (another deploy)."""
+
+
+class SmokeFailed(GateFailed):
+    """The release's drift on the device is over the build's budget (exit 1): not switched in."""
+
+    def __init__(self, device: str, detail: str, *, hint: str | None = None):
+        self.device, self.detail = device, detail
+        super().__init__(f"device {device}: {detail}", hint=hint)
+
+
+class HealthCheckFailed(DeviceError):
+    """The health check through ``current`` failed after a switch; edgeforge switched back."""
+
+
+# ---------------------------------------------------------------- the smoke test
+
+def run_smoke(tr, remote_dir: str, files: dict[str, str], timeout_s: float, lease: Lease | None,
+              on_step) -> dict:
+    """The runner's smoke test of ``remote_dir`` (a release, or ``current``); returns its
+    ``smoke`` event. Raises SmokeFailed for drift over budget, DeviceError for the rest."""
+    dev = tr.device
+    spec = {"files": files, "deadline_s": timeout_s + 5.0,
+            "lease": ({"dir": f"{dev.workdir}/.lease", "token": lease.token} if lease is not None else None)}
+    partial = _Partial()
+
+    def on_line(line):
+        ev = partial.feed(line)
+        if ev and ev["event"] in ("files", "runtime"):
+            on_step("smoke", "sha256 checked" if ev["event"] == "files"
+                    else f"{ev.get('name')} {ev.get('version')}: reference inputs")
+
+    r = tr.run([dev.python, f"{remote_dir}/edgeforge_runner.py", "smoke", remote_dir, "--spec", json.dumps(spec)],
+               timeout=timeout_s, on_line=on_line, doing="running the smoke test")
+    if not partial.events:
+        for line in r.stdout.splitlines():
+            partial.feed(line)
+    if r.connection_lost:
+        raise ConnectionLost(dev.name, f"connection to {dev.address} lost during the smoke test")
+    if r.timed_out:
+        raise RunnerTimeout(dev.name, f"smoke test timed out after {timeout_s:g}s", hint="raise --timeout")
+    err, smoke = partial.first("error"), partial.first("smoke")
+    if err:
+        if err.get("kind") == "digest":
+            raise DigestMismatch(dev.name, f"files of the release do not match their sha256: "
+                                 f"{', '.join(err.get('files', []))}", hint="deploy again to upload them")
+        cls = RuntimeMissing if err.get("kind") == "runtime-missing" else RunnerCrashed
+        raise cls(dev.name, f"smoke test: {err.get('message')}")
+    if r.exit_code == 127:
+        raise RuntimeMissing(dev.name, f"python '{dev.python}' not found on the device")
+    if smoke and not smoke.get("passed"):
+        raise SmokeFailed(dev.name, f"smoke test failed: {smoke.get('reason')} on {smoke.get('samples')} "
+                          "reference inputs", hint="not switched in; the build does not hold its budget here")
+    if r.exit_code != 0 or not smoke:
+        raise RunnerCrashed(dev.name, f"smoke test exited {r.exit_code}: {_tail(r.stderr) or 'no verdict'}")
+    return {k: v for k, v in smoke.items() if k != "event"}
