@@ -155,5 +155,12 @@ class GateFailed(EdgeforgeError):
         super().__init__(message, hint=hint)
 
 
+class Interrupted(EdgeforgeError):
+    """Ctrl-C (SIGINT) stopped the command; what was measured so far is kept (the hint says
+    where). Exit 130, as for a KeyboardInterrupt."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 class ResultError(ConfigError):
     """A result file that cannot be read: unknown schema, missing fields."""

@@ -28,20 +28,12 @@ from typing import Callable
 
 from .. import __version__
 from ..cache import sha256_file
-from ..errors import (
-    ConfigError,
-    ConnectionLost,
-    DeviceError,
-    DigestMismatch,
-    Misconfigured,
-    RunnerCrashed,
-    RunnerTimeout,
-    RuntimeMissing,
-    Unhealthy,
-)
+from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Interrupted,
+                      Misconfigured, RunnerCrashed, RunnerTimeout, RuntimeMissing, Unhealthy)
 from ..options import BenchOptions
 from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ..results.stats import summarize
+from .interrupt import StopOnSigint, interrupted, stop_runner
 from .inventory import Device, load_inventory
 from .lease import Lease, iso, lease_ttl
 from .settings import (
@@ -242,12 +234,19 @@ class Bench:
         s = self.settings
         argv = [self.device.python, RUNNER_NAME, self.command, self.remote_dir, "--spec", json.dumps(self.spec(digests))]
         self.on_step("run", f"{RUNNER_NAME} on {self.device.name}")
+        stop = StopOnSigint(lambda done: stop_runner(self, tr, done))
         try:
-            r = tr.run(argv, cwd=self.remote_dir, timeout=s.command_timeout_s, on_line=self.on_line,
-                       doing="running the bench")
+            with stop:
+                r = tr.run(argv, cwd=self.remote_dir, timeout=s.command_timeout_s,
+                           on_line=self.on_line, doing="running the bench")
         except KeyboardInterrupt:
             self._kill_remote(tr)
             raise
+        except DeviceError:
+            if stop.requested_at is None:
+                raise
+        if stop.requested_at is not None:       # Ctrl-C: the runner was stopped (interrupt.py)
+            raise Interrupted("interrupted")
         # Lines the callback missed (none, normally) are in the full stdout.
         if not self.partial.events:
             for line in r.stdout.splitlines():
@@ -425,6 +424,10 @@ class Bench:
                     self.lease.release()
                     self.timing["finished_at"] = iso(time.time())
                     raise self.save_partial(exc) from None
+                except Interrupted:
+                    self.lease.release()
+                    self.timing["finished_at"] = iso(time.time())
+                    raise interrupted(self) from None
             finally:
                 self.lease.release()
         finally:

@@ -639,14 +639,52 @@ def timed(run, feeds):
 
 
 def measure(once, warmups, runs):
-    """Warm up (``"auto"`` or a count), then ``runs`` timed runs. Returns a dict of raw samples."""
-    if warmups == "auto":
-        warm, stable = warmup_until_stable(once)
-    else:
-        warm = [once() for _ in range(int(warmups))]
-        stable = None
-    samples = [once() for _ in range(int(runs))]
+    """Warm up (``"auto"`` or a count), then ``runs`` timed runs. Returns a dict of raw samples;
+    stopped by the host (:class:`Interrupted`), the samples so far and ``interrupted: True``."""
+    warm, stable, samples = [], None, []
+    try:
+        if warmups == "auto":
+            warm, stable = warmup_until_stable(once)
+        else:
+            for _ in range(int(warmups)):
+                warm.append(once())
+        for _ in range(int(runs)):
+            samples.append(once())
+    except Interrupted:
+        return {"warmups": len(warm), "warmup_stable": stable, "warmup_ms": warm,
+                "samples_ms": samples, "interrupted": True}
     return {"warmups": len(warm), "warmup_stable": stable, "warmup_ms": warm, "samples_ms": samples}
+
+
+# ---------------------------------------------------------------- interrupts (bench)
+# Ctrl-C on the host sends SIGTERM to this process: the bench stops after the run in progress,
+# reports the samples measured so far (latency event, ``interrupted``) and exits 130.
+EXIT_INTERRUPTED = 130
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT while benching: stop and report what was measured."""
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+def bench(build_dir, spec):
+    """:func:`bench_events`, stopped cleanly by SIGTERM/SIGINT (an ``error`` event of kind
+    ``interrupted`` after whatever was measured, exit 130). The handlers are restored after."""
+    import signal
+
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    before = [signal.signal(sig, _raise_interrupted) for sig in sigs]
+    try:
+        return bench_events(build_dir, spec)
+    except Interrupted:
+        emit("error", kind="interrupted", message="stopped by the host (Ctrl-C)")
+        return EXIT_INTERRUPTED
+    finally:
+        for sig, handler in zip(sigs, before):
+            signal.signal(sig, handler)
 
 
 # ---------------------------------------------------------------- benchmark_bin
@@ -752,7 +790,7 @@ def _jsonable(x):
     return x
 
 
-def bench(build_dir, spec):
+def bench_events(build_dir, spec):
     """Measure the artifact in ``build_dir`` as ``spec`` says. Events, in order:
 
     start (pid, wall time), files (sha256 checked), fingerprint (before), runtime, latency (raw
@@ -825,8 +863,11 @@ def bench(build_dir, spec):
         emit("runtime", **runtime)
         lat = measure(timed(run, one), warmups, runs)
         rss = peak_rss_mb()
-    after = fingerprint()
     lat.update(peak_rss_mb=rss, runtime=runtime, batch=1)
+    if lat.get("interrupted"):
+        emit("latency", **lat)
+        raise Interrupted()
+    after = fingerprint()
     emit("latency", **lat)
     emit("fingerprint", when="after", fingerprint=after)
     if spec.get("drift", True):
