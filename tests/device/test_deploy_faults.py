@@ -110,7 +110,8 @@ import hashlib, os, sys, time
 path, stop, good = sys.argv[1], sys.argv[2], set(sys.argv[3].split(","))
 reads = bad = 0
 seen = set()
-while not os.path.exists(stop):
+deadline = time.time() + 600        # never outlive a test that was killed
+while not os.path.exists(stop) and time.time() < deadline:
     try:
         with open(path, "rb") as f:
             d = hashlib.sha256(f.read()).hexdigest()
