@@ -1,0 +1,157 @@
+"""issue 19: random and mutated edgeforge.toml, devices.toml and target TOML thrown at the
+loaders through the CLI (``edgeforge.cli.main``, in-process): never a traceback, never an
+exit code outside the documented set (0-4, 130; 70 is a bug), at most one ``error:`` line."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import tomli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from edgeforge.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTED = {0, 1, 2, 3, 4, 130}
+PROJECT = (ROOT / "examples" / "digits" / "edgeforge.toml").read_text()
+TARGET = (ROOT / "targets" / "rpi4.toml").read_text()
+DEVICES = """[devices.pi-lab-3]
+host = "pi-lab-3.local"
+port = 22
+user = "pi"
+identity = "~/.ssh/id_ed25519"
+target = "rpi4"
+python = "python3"
+workdir = "/home/pi/edgeforge"
+tags = ["lab", "arm"]
+"""
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+
+
+def dumps(doc: dict) -> str:
+    """A TOML document of ``doc`` (every table inline: any nesting is one line)."""
+    return "".join(f"{json.dumps(k)} = {_toml_value(v)}\n" for k, v in doc.items())
+
+
+scalars = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(),
+                    st.text(max_size=20), st.sampled_from(["../x", "rpi4", "model:build", "", "~", "/"]))
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4)), max_leaves=12)
+
+
+@st.composite
+def mutated(draw, base: str):
+    """``base`` parsed, then a few keys dropped, renamed or given another value; or its text
+    with a line dropped, duplicated or garbled; or random text."""
+    kind = draw(st.sampled_from(["structure", "text", "random"]))
+    if kind == "random":
+        return draw(st.text(max_size=200))
+    if kind == "text":
+        lines = base.splitlines()
+        i = draw(st.integers(0, len(lines) - 1))
+        op = draw(st.sampled_from(["drop", "dup", "garble"]))
+        if op == "drop":
+            del lines[i]
+        elif op == "dup":
+            lines.insert(i, lines[i])
+        else:
+            lines[i] = lines[i][:draw(st.integers(0, len(lines[i])))] + draw(st.text(max_size=12))
+        return "\n".join(lines) + "\n"
+    doc = tomli.loads(base)
+    for _ in range(draw(st.integers(1, 3))):
+        table = doc
+        path = []
+        while isinstance(table, dict) and table and draw(st.booleans()):
+            key = draw(st.sampled_from(sorted(table)))
+            if not isinstance(table[key], dict):
+                break
+            path.append(key)
+            table = table[key]
+        if not isinstance(table, dict) or not table:
+            continue
+        key = draw(st.sampled_from(sorted(table)))
+        op = draw(st.sampled_from(["drop", "rename", "retype"]))
+        if op == "drop":
+            del table[key]
+        elif op == "rename":
+            table[key[:-1] + draw(st.text(min_size=1, max_size=3))] = table.pop(key)
+        else:
+            table[key] = draw(values)
+    return dumps(doc)
+
+
+def _cli(*argv, env=None) -> tuple[int, str]:
+    err, out = io.StringIO(), io.StringIO()
+    old = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = main(list(argv))
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return code, err.getvalue() + out.getvalue()
+
+
+def _check(code: int, text: str) -> None:
+    assert code in DOCUMENTED, text
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert sum(ln.startswith("error:") for ln in text.splitlines()) <= 1, text
+
+
+def test_the_serializer_round_trips():
+    for base in (PROJECT, TARGET, DEVICES):
+        assert tomli.loads(dumps(tomli.loads(base))) == tomli.loads(base)
+
+
+@SETTINGS
+@given(mutated(PROJECT))
+def test_edgeforge_toml(text):
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "edgeforge.toml").write_text(text, errors="surrogatepass")
+        code, out = _cli("build", d, "--target", "rpi4", "--out", str(Path(d) / "out"))
+        _check(code, out)
+        assert code == 2, out          # data files are never there: nothing gets past config
+
+
+@SETTINGS
+@given(mutated(DEVICES))
+def test_devices_toml(text):
+    with tempfile.TemporaryDirectory() as d:
+        inv = Path(d) / "devices.toml"
+        inv.write_text(text, errors="surrogatepass")
+        _check(*_cli("devices", "--inventory", str(inv)))
+        _check(*_cli("devices", "--inventory", str(inv), "--json"))
+
+
+@SETTINGS
+@given(mutated(TARGET))
+def test_target_toml(text):
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "rpi4.toml").write_text(text, errors="surrogatepass")
+        _check(*_cli("targets", "show", "rpi4", env={"EDGEFORGE_TARGETS": d}))
+        _check(*_cli("targets", env={"EDGEFORGE_TARGETS": d}))
