@@ -155,6 +155,25 @@ class GateFailed(EdgeforgeError):
         super().__init__(message, hint=hint)
 
 
+# ---------------------------------------------------------------- deploy (device/deploy.py)
+
+class ReleaseRefused(DeviceError):
+    """The device refused a change to its releases: the release is incomplete or missing, or
+    ``current`` moved under us (another deploy)."""
+
+
+class HealthCheckFailed(DeviceError):
+    """The health check through ``current`` failed after a switch; edgeforge switched back."""
+
+
+class SmokeFailed(GateFailed):
+    """The release's drift on the device is over the build's budget (exit 1): not switched in."""
+
+    def __init__(self, device: str, detail: str, *, hint: str | None = None):
+        self.device, self.detail = device, detail
+        super().__init__(f"device {device}: {detail}", hint=hint)
+
+
 class Interrupted(EdgeforgeError):
     """Ctrl-C (SIGINT) stopped the command; what was measured so far is kept (the hint says
     where). Exit 130, as for a KeyboardInterrupt."""

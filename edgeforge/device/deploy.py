@@ -48,11 +48,9 @@ from .bench import (
 from .health import HealthStore
 from .inventory import Device, load_inventory, select_devices
 from .lease import Lease, lease_ttl
+from ..errors import HealthCheckFailed, ReleaseRefused, SmokeFailed
 from .releases import (
-    HealthCheckFailed,
-    SmokeFailed,
     run_smoke,
-    ReleaseRefused,
     Releases,
     check_id,
     check_name,

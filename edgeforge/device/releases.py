@@ -37,8 +37,8 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, GateFailed, Misconfigured,
-                      RunnerCrashed, RunnerTimeout, RuntimeMissing)
+from ..errors import (ConfigError, ConnectionLost, DigestMismatch, Misconfigured, ReleaseRefused, RunnerCrashed, RunnerTimeout,
+                      RuntimeMissing, SmokeFailed)
 from .bench import _Partial, _tail
 from .lease import Lease
 from .transport import SSHTransport
@@ -356,23 +356,6 @@ class Releases:
 
     def remove(self, release_id: str) -> None:
         self.call("remove", id=release_id)
-
-
-class ReleaseRefused(DeviceError):
-    """The device refused a change to its releases: the release is incomplete or missing, or
-    ``current`` moved under us (another deploy)."""
-
-
-class SmokeFailed(GateFailed):
-    """The release's drift on the device is over the build's budget (exit 1): not switched in."""
-
-    def __init__(self, device: str, detail: str, *, hint: str | None = None):
-        self.device, self.detail = device, detail
-        super().__init__(f"device {device}: {detail}", hint=hint)
-
-
-class HealthCheckFailed(DeviceError):
-    """The health check through ``current`` failed after a switch; edgeforge switched back."""
 
 
 # ---------------------------------------------------------------- the smoke test
