@@ -15,7 +15,7 @@ import sys
 import traceback
 
 from ..errors import EdgeforgeError, ExitCode
-from . import build, deploy, device, devices, load, report, toolchain
+from . import _help, build, deploy, device, devices, load, report, toolchain
 from ._common import Parser
 
 VERBS = (build, deploy, device, devices, load, report, toolchain)
@@ -29,6 +29,7 @@ def build_parser() -> Parser:
     sub.required = True
     for module in VERBS:
         module.register(sub)
+    _help.complete(p)
     return p
 
 
