@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edgeforge.targets import QuantScheme  # noqa: E402
+from edgeforge.targets import QuantScheme
 
 SCHEMES = {
     "u8s8": QuantScheme(activations="uint8", weights="int8"),
@@ -108,7 +108,7 @@ def measure(project: Path, work: Path) -> list[dict]:
 
         class Reader(CalibrationDataReader):
             def __init__(self):
-                self.it = iter(batches)
+                self.it = iter(batches)  # noqa: B023 - one Reader per iteration, used in it
 
             def get_next(self):
                 return next(self.it, None)

@@ -77,8 +77,8 @@ def check(out: Path, runs: int, cpu_dry_run: bool = False) -> dict:
         model = str(d / m["artifact"]["path"])
         cache = str(d / r.ENGINE_CACHE)
         one = {k: v[:1] for k, v in feeds.items()}
-        run, load = r.load_twice(lambda: r.onnx_predictor(model, None, rt["execution_providers"],
-                                                          rt.get("provider_options"), cache), one)
+        run, load = r.load_twice(lambda: r.onnx_predictor(model, None, rt["execution_providers"],  # noqa: B023
+                                                          rt.get("provider_options"), cache), one)  # noqa: B023
         place = r.onnx_placement(model, rt["execution_providers"], one, rt.get("provider_options"), cache)
         drift = r.drift_metrics(r.predict_all(run, feeds, 8), ref, labels)
         sessions[precision] = (run, feeds)

@@ -70,8 +70,8 @@ def check_qdq(model_path: str | Path, rules: EpRules) -> list[Violation]:
             continue
         name = node.name or node.output[0]
 
-        def bad(rule, message):
-            out.append(Violation(name, node.op_type, rule, message))
+        def bad(rule, message):  # called within this iteration only
+            out.append(Violation(name, node.op_type, rule, message))  # noqa: B023
 
         src = tensor(node.input[0])
         is_weight = src is not None              # a constant (weight or bias), not an activation

@@ -106,7 +106,7 @@ def _umask_modes(root: Path) -> None:
     the umask; executables keep their x bits): mkdtemp's 0700 and a cache entry's modes must not
     leak into what the user gets."""
     mask = _umask()
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o777 & ~mask)
         for name in filenames:
             f = os.path.join(dirpath, name)

@@ -7,7 +7,6 @@ where the log or the caller can tell, the op.
 """
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess

@@ -235,7 +235,7 @@ class SSHTransport:
         try:
             conn.open()
             conn.transport.set_keepalive(KEEPALIVE_S)
-        except BaseException as exc:  # noqa: BLE001 - mapped at the boundary
+        except BaseException as exc:  # mapped at the boundary
             self.close()
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -282,7 +282,7 @@ class SSHTransport:
             r = exc.result
             return RemoteResult(-1, r.stdout, r.stderr, timed_out=True, seconds=time.monotonic() - start,
                                 connection_lost=not self.is_connected())
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             raise self.map_exception(exc, doing) from None
@@ -299,7 +299,7 @@ class SSHTransport:
         if self._sftp is None:
             try:
                 self._sftp = self.conn.sftp()
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 raise self.map_exception(exc, "opening SFTP") from None
@@ -326,7 +326,7 @@ class SSHTransport:
                 except OSError:
                     pass
                 sftp.rename(tmp, remote)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             try:

@@ -259,7 +259,7 @@ def pre_process(src, dst) -> dict:
     for mode, kwargs in tries:
         try:
             quant_pre_process(str(src), str(dst), **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the next try, or raise the last
+        except Exception as exc:  # the next try, or raise the last
             errors.append(f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
             if mode == "skipped":
                 raise

@@ -558,7 +558,7 @@ def probe_runtimes(benchmark_bin=None):
     except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install
         out["onnxruntime"] = {"present": False, "error": "%s: %s" % (type(exc).__name__, exc)}
     try:
-        from paddlelite import lite  # noqa: F401
+        from paddlelite import lite
         out["paddlelite"] = {"present": True, "version": _dist_version("paddlelite"),
                              "threads_settable": hasattr(lite.MobileConfig, "set_threads")}
     except Exception as exc:  # noqa: BLE001
@@ -781,7 +781,7 @@ def _import_runtime(name):
         elif name == "paddlelite":
             from paddlelite import lite  # noqa: F401
     except ImportError as exc:
-        raise RuntimeMissing("%s is not importable by %s (%s)" % (name, sys.executable, exc))
+        raise RuntimeMissing("%s is not importable by %s (%s)" % (name, sys.executable, exc)) from exc
 
 
 def _jsonable(x):

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from edgeforge.results.schema import read_result
 
 from devhelpers import run_cli_subprocess, runner_processes
 
@@ -87,7 +86,7 @@ def test_one_device_killed_mid_run_the_others_land(make_fleet, builds):
     assert proc.returncode == 4, out + err
     by_dev = fleet.results_by_device()
     assert sorted(by_dev) == ["dev-a", "dev-b", "dev-d"]
-    for name, [r] in by_dev.items():
+    for [r] in by_dev.values():
         assert r["status"] == "ok" and len(r["samples_ms"]) == 5
     assert "3 of 4 device(s) ok, 1 failed" in out
     failed = [ln for ln in out.splitlines() if ln.startswith("failed:")]

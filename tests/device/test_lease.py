@@ -109,7 +109,7 @@ def test_two_fleet_benches_never_overlap_on_any_device(make_fleet, builds):
     by_dev = fleet.results_by_device()
     assert sorted(by_dev) == fleet.names
     waited = 0.0
-    for name, results in by_dev.items():
+    for results in by_dev.values():
         assert len(results) == 2 and len({r["fleet"]["id"] for r in results}) == 2
         _, second = _assert_disjoint(results)
         waited += second["lease"]["waited_s"]
