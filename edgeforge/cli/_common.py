@@ -106,7 +106,10 @@ def add_build_flags(p, full: bool = True) -> None:
     p.add_argument("--target", required=True)
     p.add_argument("--backend", choices=["lite", "onnx"],
                    help="override the target's default backend")
-    p.add_argument("--precision", choices=["int8", "fp16", "fp32"])
+    p.add_argument("--precision", choices=["int8", "fp16", "fp32", "auto"],
+                   help="auto: build each precision the target allows, keep the fastest within "
+                        "the accuracy budget (build: timed on the host where it can run the "
+                        "artifact; run: benched on the device)")
     p.add_argument("--out", metavar="DIR",
                    help="build directory (default: build/<name>-<target>[...])")
     p.add_argument("--no-cache", action="store_true")
@@ -184,7 +187,8 @@ def build_options(args, **extra):
         given["float_fallback"] = not args.no_fallback
     if hasattr(args, "no_legalize"):
         given["legalize"] = not args.no_legalize
-    return BuildOptions.of(precision=getattr(args, "precision", None), backend=args.backend,
+    precision = getattr(args, "precision", None)
+    return BuildOptions.of(precision=None if precision == "auto" else precision, backend=args.backend,
                            no_cache=args.no_cache, **given, **extra)
 
 
@@ -269,18 +273,23 @@ def gate_with_history(args, results: list[dict], new_paths=()) -> int:
     counterparts of INT8 runs (--min-int8-speedup)."""
     reference = []
     if gates_requested(args) and args.min_int8_speedup is not None:
-        import os
-
-        from ..report.load import load_results
-
-        d = Path(args.results or os.environ.get("EDGEFORGE_RESULTS", "results"))
-        skip = {Path(p).resolve() for p in new_paths if p}
-        try:
-            reference = [r for p, r in load_results([d], on_skip=lambda *_: None)
-                         if p.resolve() not in skip]
-        except ConfigError:
-            reference = []
+        reference = results_history(args, new_paths)
     return apply_gates(args, results, reference=reference)
+
+
+def results_history(args, new_paths=()) -> list[dict]:
+    """The earlier runs in the results directory (--results, $EDGEFORGE_RESULTS, results/),
+    without ``new_paths``: the fp32 counterparts of new INT8 runs."""
+    import os
+
+    from ..report.load import load_results
+
+    d = Path(args.results or os.environ.get("EDGEFORGE_RESULTS", "results"))
+    skip = {Path(p).resolve() for p in new_paths if p}
+    try:
+        return [r for p, r in load_results([d], on_skip=lambda *_: None) if p.resolve() not in skip]
+    except ConfigError:
+        return []
 
 
 def print_gates(gates) -> None:
@@ -309,10 +318,15 @@ class Spinners:
 
     def __init__(self, quiet: bool):
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.table import Column
 
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                  TimeElapsedColumn(), console=console(stderr=True),
-                                  transient=False, disable=quiet)
+        # the description folds, the elapsed time never shrinks (without a TTY rich would
+        # otherwise cut it to "0…" for a long line)
+        self._progress = Progress(SpinnerColumn(),
+                                  TextColumn("{task.description}",
+                                             table_column=Column(ratio=1, overflow="fold")),
+                                  TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
+                                  console=console(stderr=True), transient=False, disable=quiet)
         self._tasks: dict[str, int] = {}
         self._lock = threading.Lock()
 

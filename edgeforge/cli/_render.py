@@ -5,7 +5,8 @@ from ..report import fmt
 from ._common import console
 
 
-def print_build_summary(m: dict, out_dir) -> None:
+def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
+    """``verdict=False``: leave the INT8 verdict to ``--precision auto``'s own measurement."""
     from rich.table import Table
 
     con = console()
@@ -38,7 +39,7 @@ def print_build_summary(m: dict, out_dir) -> None:
         s.add_row("cosine", fmt.num(v.get("cosine"), ".6f"))
     elif v.get("float_accuracy") is not None:
         s.add_row("float accuracy", fmt.pct(v.get("float_accuracy")))
-    verdict = host_verdict(m)
+    verdict = host_verdict(m) if verdict else None
     if verdict is not None:
         sp = m["int8_vs_fp32"]
         s.add_row("INT8 vs fp32", f"p50 {sp['fp32_p50_ms']:.3f} -> {sp['int8_p50_ms']:.3f} ms on the host "
@@ -123,3 +124,24 @@ def float_cost(cost: dict) -> str:
     d = cost["p50_ms"] - cost["p50_ms_int8"]
     return (f"; cost vs plain INT8: {size}, p50 {d:+.3f} ms ({'slower' if d > 0 else 'faster'}: "
             f"{cost['p50_ms_int8']:.3f} -> {cost['p50_ms']:.3f} ms, {cost['latency_note']})")
+
+
+def print_decision(record: dict, out_dir) -> None:
+    """``--precision auto``: each candidate's p50 and verdict against fp32, then the choice."""
+    from rich.markup import escape
+
+    con = console()
+    where = "host stand-in" if record.get("where") == "host" else (
+        f"device {record['where']}" if record.get("where") else "not measured")
+    fp32 = next((c for c in record["candidates"] if c["precision"] == "fp32"), None)
+    for c in record["candidates"]:
+        if c["p50_ms"] is None:
+            con.print(f"  {c['precision']}: verify {c['verify']}, not measured", markup=False)
+            continue
+        ratio = f", {fp32['p50_ms'] / c['p50_ms']:.2f}x fp32" if fp32 and c is not fp32 else ""
+        verdict = f", {c['compare']['verdict']}" if c.get("compare") else ""
+        con.print(f"  {c['precision']}: p50 {c['p50_ms']:.3f} ms{ratio}{verdict}, verify {c['verify']}",
+                  markup=False)
+    con.print(f"[bold]precision auto[/bold] ({escape(where)}): [bold]{escape(record['chosen'])}[/bold] — "
+              f"{escape(record['reason'])}", soft_wrap=False)
+    con.print(f"decision: {out_dir}/decision.json", markup=False)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError, ExitCode, GateFailed
 from ._common import add_build_flags, build_options, build_progress, console
-from ._render import print_build_summary
+from ._render import print_build_summary, print_decision
 
 
 def register(sub) -> None:
@@ -33,6 +33,15 @@ def register(sub) -> None:
 def cmd_build(args) -> int:
     from .. import api
 
+    if args.precision == "auto":
+        from ..device.auto import decide_on_host
+
+        with build_progress(args.quiet) as (on_event, log):
+            decision = decide_on_host(args.project, args.target, build_options(args), out=args.out, log=log)
+        result = decision.build
+        print_build_summary(result.manifest, result.out_dir, verdict=False)
+        print_decision(decision.record, result.out_dir)
+        return ExitCode.OK
     with build_progress(args.quiet) as (on_event, log):
         result = api.build(args.project, args.target, build_options(args), out=args.out,
                            on_event=on_event, log=log)

@@ -15,9 +15,10 @@ from ..errors import ConfigError, ExitCode, GateFailed
 from ..report import fmt
 from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, bench_options,
                       build_options, check_gate_flags, console, escape,
-                      fleet_progress, gate_with_history, positive_int, say_error,
-                      step_progress, wrap)
-from ._render import print_build_summary
+                      fleet_progress, gate_with_history, positive_int, results_history,
+                      say_error, step_progress, wrap)
+from ._render import print_build_summary, print_decision
+from ._width import BORDER, clause_wrap, drop_to_fit, path_cells, short_id, table_width
 
 
 def register(sub) -> None:
@@ -86,6 +87,7 @@ def _bench_one(args) -> int:
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     else:
+        print_int8_verdict(outcome.result, results_history(args, [outcome.path]))
         print_bench_result(outcome.result, outcome.path)
     return gate_with_history(args, [outcome.result], [outcome.path])
 
@@ -125,6 +127,8 @@ def cmd_run(args) -> int:
     if dev.target != args.target:
         raise ConfigError(f"device {dev.name} is a {dev.target}, not a {args.target}",
                           hint=f"use --target {dev.target}")
+    if args.precision == "auto":
+        return _run_auto(args)
     with step_progress(args.quiet) as on_step:
         result = api.build(args.project, args.target, build_options(args), out=args.out,
                            on_event=lambda name, phase, info: on_step("build", f"{name} {phase}"),
@@ -139,8 +143,25 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     else:
+        print_int8_verdict(outcome.result, results_history(args, [outcome.path]))
         print_bench_result(outcome.result, outcome.path)
     return gate_with_history(args, [outcome.result], [outcome.path])
+
+
+def _run_auto(args) -> int:
+    from ..device.auto import decide_on_device
+
+    with step_progress(args.quiet) as on_step:
+        d = decide_on_device(args.project, args.target, args.device, build_options(args),
+                             bench_options(args), out=args.out, on_step=on_step)
+    if args.json:
+        print(json.dumps(d.result, indent=2))
+        return gate_with_history(args, [d.result], [d.path])
+    if not args.quiet:
+        print_build_summary(d.build.manifest, d.build.out_dir, verdict=False)
+    print_bench_result(d.result, d.path)
+    print_decision(d.record, d.build.out_dir)
+    return gate_with_history(args, [d.result], [d.path])
 
 
 def cmd_sweep(args) -> int:
@@ -173,6 +194,21 @@ def cmd_sweep(args) -> int:
         raise GateFailed(f"verify failed for {', '.join(outcome.verify_failed)}",
                          hint="not benched")
     return gate
+
+
+def print_int8_verdict(result: dict, pool: list[dict]) -> None:
+    """An INT8 run's verdict against the newest comparable fp32 run in ``pool``, first."""
+    if result["artifact"]["precision"] != "int8":
+        return
+    from ..report.verdict import result_verdict
+
+    v, why = result_verdict(result, pool)
+    if v is None:
+        console().print(f"verdict: none yet ({why})", style="yellow", markup=False)
+    else:
+        auto = "; --precision auto picks fp32" if v.ship == "fp32" else ""
+        console().print(f"verdict: {v.line}{auto}", style="green" if v.ship == "int8" else "yellow",
+                        markup=False)
 
 
 def print_bench_result(result: dict, path) -> None:
@@ -237,34 +273,47 @@ def print_fleet(outcome) -> None:
 
     con = console()
     t = Table(title=escape(f"fleet {outcome.id}"), title_justify="left")
-    for col in ("device", "target", "build", "status", "p50", "p90", "drop pts", "result / cause"):
-        t.add_column(col, overflow="fold", justify="right" if col in ("p50", "p90", "drop pts") else "left")
+    heads = ["device", "target", "build", "status", "p50", "p90", "drop pts"]
     style = {"ok": "green", "failed": "red", "not run": "yellow"}
+    rows, paths, causes = [], [], []
     for r in outcome.runs:
         if not r.jobs:
-            t.add_row(escape(r.name), escape(r.device.target), "-", r.status, "-", "-", "-", escape(r.note or ""))
+            rows.append([r.name, r.device.target, "-", r.status, "-", "-", "-"])
+            paths.append(None)
+            causes.append(r.note or "")
         for j in r.jobs:
             sm = (j.result or {}).get("summary", {})
             dr = (j.result or {}).get("drift", {})
-            where = str(j.path) if j.path else (j.error or r.note or r.error or "")
-            t.add_row(escape(r.name), escape(r.device.target), escape(j.label),
-                      f"[{style.get(j.status, 'yellow')}]{j.status}[/]", fmt.num(sm.get("p50_ms"), ".3f", " ms"),
-                      fmt.num(sm.get("p90_ms"), ".3f", " ms"), fmt.num(dr.get("accuracy_drop"), ".2f"), escape(where))
+            rows.append([r.name, r.device.target, j.label, j.status, fmt.num(sm.get("p50_ms"), ".3f", " ms"),
+                         fmt.num(sm.get("p90_ms"), ".3f", " ms"), fmt.num(dr.get("accuracy_drop"), ".2f")])
+            paths.append(j.path)
+            causes.append(j.error or r.note or r.error or "")
+    # columns by width: p90 and target go first at 80 columns, the result path last
+    reserve = BORDER + max([len(short_id(p)) for p in paths if p] + [16])
+    keep = drop_to_fit(heads, rows, ("p90", "target"), reserve, con.width)
+    for i in keep:
+        t.add_column(heads[i], overflow="fold", justify="right" if heads[i] in ("p50", "p90", "drop pts") else "left")
+    t.add_column("result / cause", overflow="fold")
+    cells, footer = path_cells(paths, table_width([[heads[i], *(row[i] for row in rows)] for i in keep]),
+                               con.width)
+    for row, cell, cause in zip(rows, cells, causes):
+        shown = [f"[{style.get(row[i], 'yellow')}]{escape(row[i])}[/]" if i == 3 else escape(row[i]) for i in keep]
+        t.add_row(*shown, escape(cell or cause))
     con.print(t)
+    if footer:
+        con.print(footer, markup=False)
     active = [r for r in outcome.runs if r.status not in ("idle",)]
     con.print(f"{len(outcome.ok)} of {len(active)} device(s) ok"
               + (f", {len(outcome.failed)} failed" if outcome.failed else "")
               + (f", {sum(r.status == 'skipped' for r in outcome.runs)} skipped"
                  if any(r.status == "skipped" for r in outcome.runs) else ""), markup=False)
-    for r in outcome.runs:
-        if r.failed:
-            con.print(f"failed: {r.name} ({r.status}): {r.error}" + (f"; {r.hint}" if r.hint else ""),
-                      style="red", markup=False)
-    for r in outcome.runs:
-        if r.status in ("skipped", "idle"):
-            con.print(f"{r.status}: {r.name}: {r.note}", style="yellow", markup=False)
-    for note in outcome.notes:
-        con.print(f"note: {note}", style="yellow", markup=False)
+    lines = [(f"failed: {r.name} ({r.status}): {r.error}" + (f"; {r.hint}" if r.hint else ""), "red")
+             for r in outcome.runs if r.failed]
+    lines += [(f"{r.status}: {r.name}: {r.note}", "yellow") for r in outcome.runs if r.status in ("skipped", "idle")]
+    lines += [(f"note: {note}", "yellow") for note in outcome.notes]
+    for text, colour in lines:         # wrapped at clause boundaries: a phrase stays on one line
+        for line in clause_wrap(text, con.width):
+            con.print(line, style=colour, markup=False)
 
 
 def print_sweep(outcome) -> None:
@@ -275,14 +324,32 @@ def print_sweep(outcome) -> None:
               title_justify="left")
     for col in ("precision", "threads", "power mode", "p50", "p90", "p99", "MAD", "drop pts", "vs fp32", "result"):
         t.add_column(col, overflow="fold", justify="left" if col in ("precision", "power mode", "result") else "right")
+    for p in outcome.points:        # the INT8 verdicts first, one per threads x power mode
+        ref = outcome.reference(p)
+        if p.precision == "int8" and p.result and ref is not None:
+            con.print(f"{p.threads} thread(s)" + (f", {p.power_mode}" if p.power_mode else "") + ": ",
+                      end="", markup=False)
+            print_int8_verdict(p.result, [ref])
+    rows = []
     for p in outcome.points:
         sm = (p.result or {}).get("summary", {})
         dr = (p.result or {}).get("drift", {})
         sp = outcome.speedup(p)
-        t.add_row(p.precision, str(p.threads), escape(p.power_mode or "-"),
-                  *[fmt.num(sm.get(k), ".3f", " ms") for k in ("p50_ms", "p90_ms", "p99_ms", "mad_ms")],
-                  fmt.num(dr.get("accuracy_drop"), ".2f"), "-" if sp is None else f"{sp:.2f}x",
-                  escape(str(p.path) if p.path else (p.error or p.status)))
+        rows.append([p.precision, str(p.threads), p.power_mode or "-",
+                     *[fmt.num(sm.get(k), ".3f", " ms") for k in ("p50_ms", "p90_ms", "p99_ms", "mad_ms")],
+                     fmt.num(dr.get("accuracy_drop"), ".2f"), "-" if sp is None else f"{sp:.2f}x"])
+    heads = [str(c.header) for c in t.columns[:-1]]
+    # columns by width: p99, MAD, p90 and the power mode go first at 80 columns, the result last
+    reserve = BORDER + max([len(short_id(p.path)) for p in outcome.points if p.path] + [16])
+    keep = drop_to_fit(heads, rows, ("p99", "MAD", "p90", "power mode"), reserve, con.width)
+    t.columns = [t.columns[i] for i in keep] + [t.columns[-1]]
+    cells, footer = path_cells([p.path for p in outcome.points],
+                               table_width([[heads[i], *(r[i] for r in rows)] for i in keep]), con.width)
+    for row, cell, p in zip(rows, cells, outcome.points):
+        t.add_row(*(escape(row[i]) for i in keep), escape(cell or p.error or p.status))
     con.print(t)
+    if footer:
+        con.print(footer, markup=False)
     for note in outcome.notes:
-        con.print(f"note: {note}", style="yellow", markup=False)
+        for line in clause_wrap(f"note: {note}", con.width):
+            con.print(line, style="yellow", markup=False)

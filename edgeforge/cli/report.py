@@ -80,7 +80,7 @@ def cmd_report(args) -> int:
 
     from ..report import fmt
     from ..report.report import write_report
-    from ..report.tables import verdict_cell
+    from ..report.tables import verdict_cell, verdict_lines
 
     out = write_report([Path(p) for p in args.results], Path(args.out))
     s = out["summary"]
@@ -102,6 +102,8 @@ def cmd_report(args) -> int:
                   + (", recommended:" if rec else ""), markup=False)
         if rec:
             con.print(rec, markup=False)
+    for line in verdict_lines(s["int8_vs_float"]):     # the INT8 verdicts lead the INT8 lines
+        con.print(line, markup=False, style="bold")
     for p in s["int8_vs_float"]:
         what = (f"{fmt.ratio(p['speedup'])} vs fp32 {p['float']['id']}, {verdict_cell(p)}" if p["float"]
                 else p["note"])

@@ -67,6 +67,13 @@ class SweepOutcome:
                     and p.p50_ms is not None), None)
         return ref.p50_ms / point.p50_ms if ref else None
 
+    def reference(self, point: SweepPoint) -> dict | None:
+        """The fp32 result at the point's threads and power mode (None for fp32 itself)."""
+        if point.precision == "fp32":
+            return None
+        return next((p.result for p in self.points if p.precision == "fp32" and p.key() == point.key()
+                     and p.result), None)
+
 
 def default_threads(cores: int) -> list[int]:
     """1, 2, 4, ... below ``cores``, and ``cores`` itself."""

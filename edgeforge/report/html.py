@@ -42,6 +42,7 @@ def render_html(summary: dict, results: list[dict]) -> str:
              f"or fingerprint for the full value.</p>"]
     for t in report_tables(summary):
         parts.append(f'<h2 id="{t.key}">{escape(t.title)}</h2>')
+        parts += [f'<p class="verdict"><b>{escape(x)}</b></p>' for x in t.lead]
         if not t.rows and t.empty:
             parts.append(f"<p>{escape(t.empty)}</p>")
         else:

@@ -12,7 +12,7 @@ def render_markdown(summary: dict) -> str:
              f"{len(results)} result(s) on {len(fps)} device fingerprint(s). Every row names the device, its "
              f"fingerprint (see *Devices*) and the artifact's sha256 (in full under *Artifacts*)."]
     for t in report_tables(summary):
-        lines += ["", f"## {t.title}", ""]
+        lines += ["", f"## {t.title}", ""] + [f"**{x}**  " for x in t.lead] + ([""] if t.lead else [])
         if not t.rows and t.empty:
             lines.append(t.empty)
             continue

@@ -15,6 +15,7 @@ from ..fsutil import json_safe, write_files_atomic
 from .compare import ALPHA, MIN_CHANGE, compare
 from .pairing import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results
+from .verdict import pair_verdict
 
 REPORT_SCHEMA = "edgeforge.report/1"
 MARKDOWN, HTML, SUMMARY = "report.md", "report.html", "summary.json"
@@ -137,5 +138,7 @@ def _pairs(results: list[dict], entries: list[dict]) -> list[dict]:
                 pair["compare"] = compare(ref, r, labels=(f"fp32 {fe['id']}", f"int8 {e['id']}")).to_dict()
             except ConfigError as exc:
                 pair["note"] = f"not compared: {exc.one_line()}"
+        v = pair_verdict(pair)
+        pair["verdict"] = v.to_dict() if v else None
         out.append(pair)
     return out

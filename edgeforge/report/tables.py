@@ -36,6 +36,7 @@ class Table:
     rows: list[list] = field(default_factory=list)
     empty: str = ""               # what to say instead of an empty table
     notes: list[str] = field(default_factory=list)
+    lead: list[str] = field(default_factory=list)   # lines before the table (INT8: the verdicts)
 
 
 def digest(sha256: str | None, prefix: str = "") -> Cell | str:
@@ -71,7 +72,7 @@ def report_tables(summary: dict) -> list[Table]:
     int8 = Table("int8", "INT8 vs float",
                  ["model/target", "device", "fingerprint", "fp32 run", "int8 run", "fp32 p50 ms", "int8 p50 ms",
                   "speed-up", "compare", "accuracy drop (points)", "top-1 agreement", "cosine", "size fp32/int8"],
-                 empty="No INT8 results among the inputs.")
+                 empty="No INT8 results among the inputs.", lead=verdict_lines(pairs))
     for p in pairs:
         f = p["float"] or {}
         int8.rows.append([f"{p['model'] or '?'}/{p['target']}", p["device"], fingerprint(p["fingerprint_id"], fps),
@@ -113,6 +114,17 @@ def runtime_table(results: list[dict]) -> Table:
 def method_text(summary: dict) -> str:
     st = summary["statistics"]
     return METHOD.format(alpha=st["alpha"], min_change=st["min_change"] * 100)
+
+
+def verdict_lines(pairs: list[dict]) -> list[str]:
+    """One line per INT8 run with an fp32 counterpart: model/target on device, the verdict."""
+    out = []
+    for p in pairs:
+        v = p.get("verdict")
+        if v:
+            auto = "; --precision auto picks fp32" if v["ship"] == "fp32" else ""
+            out.append(f"{p['model'] or '?'}/{p['target']} on {p['device']}: {v['line']}{auto}")
+    return out
 
 
 def verdict_cell(pair: dict) -> str:

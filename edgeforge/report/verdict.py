@@ -97,6 +97,26 @@ def pair_verdict(pair: dict) -> Verdict | None:
                         where="on this (emulated) device" if emulated else "on this device")
 
 
+def result_verdict(r: dict, pool: list[dict]) -> tuple[Verdict | None, str]:
+    """The verdict of INT8 bench result ``r`` against its fp32 counterpart in ``pool`` (same
+    model, target, backend, device and runtime): (verdict, "") or (None, why there is none)."""
+    from ..errors import ConfigError
+    from .compare import compare
+    from .pairing import float_counterpart, p50_ms
+
+    ref, why = float_counterpart(r, pool)
+    if ref is None:
+        return None, why
+    drift = r.get("drift") or {}
+    drop = drift.get("accuracy_drop")
+    try:
+        c = compare(ref, r, labels=("fp32", "int8"))
+    except ConfigError as exc:
+        return None, f"not compared: {exc.one_line()}"
+    return int8_verdict(c, speedup=p50_ms(ref) / p50_ms(r), accuracy_drop=drop,
+                        cosine=drift.get("cosine") if drop is None else None), ""
+
+
 def choose(candidates: list[dict]) -> dict:
     """``--precision auto``: the fastest candidate that meets the accuracy budget, where a
     precision other than fp32 must be significantly faster than fp32 to be chosen.

@@ -33,6 +33,9 @@ def test_sweep_precision_by_threads(cli, lab, builds, fp32_build, tmp_path, monk
     for col in ("precision", "threads", "p50", "vs fp32"):
         assert col in out
     assert junit.read_text().count("<testcase") == 4
+    # the INT8 verdicts lead the table, one per thread count (issue 18)
+    flat = out.replace("\n", " ")
+    assert flat.count("verdict: INT8") == 2 and flat.index("verdict: INT8") < flat.index("precision")
     # an INT8 point pairs with the fp32 point of the same thread count (speed-up column, gates, report)
     from edgeforge.report.pairing import float_counterpart
 

@@ -145,3 +145,22 @@ def test_cli_report_prints_the_paths_and_a_table(tmp_path, capsys, monkeypatch, 
         assert str(tmp_path / "r" / name) in out
     assert "digits/rpi4/lite/int8" in out and "vs fp32" in out
     assert main(["report", str(tmp_path / "missing.json")]) == 2
+
+
+def test_int8_section_leads_with_one_verdict_per_pair(tmp_path, rendered):
+    """Faster within noise-free statistics: ship INT8; a slower INT8 run: ship fp32, and
+    --precision auto picks fp32 (issue 18)."""
+    _, out = rendered
+    md = out["markdown"].read_text()
+    section = md.split("## INT8 vs float", 1)[1]
+    lead = [ln for ln in section.splitlines()[:6] if ln.startswith("**")]
+    assert any("digits/rpi4 on" in ln and "faster than fp32, -0.6 points: ship INT8" in ln for ln in lead)
+    assert section.index("**digits/") < section.index("| model/target")
+    slow = {"int8": make_result(median_ms=6.6, seed=1), "fp32": make_result(precision="fp32", median_ms=5.1, seed=2)}
+    for stem, r in slow.items():
+        (tmp_path / f"{stem}.json").write_text(json.dumps(r))
+    s = write_report([tmp_path / "int8.json", tmp_path / "fp32.json"], tmp_path / "out")["summary"]
+    (pair,) = s["int8_vs_float"]
+    assert pair["verdict"]["ship"] == "fp32" and pair["verdict"]["speed"] == "slower"
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "0.77x of fp32 (slower) on this device" in html and "--precision auto picks fp32" in html
