@@ -14,6 +14,7 @@ COMMON = {
     "build_dir": "a build directory written by `edgeforge build` (holds manifest.json)",
     "--target": "target profile name (`edgeforge targets` lists them)",
     "--backend": "lite or onnx (default: the target's default backend)",
+    "--precision": "int8, fp16 or fp32 (default: the target's precision for the backend)",
     "--no-cache": "rebuild every pass instead of reusing cached outputs",
     "--quiet": "no progress lines on stderr (errors still print)",
     "--json": "print JSON instead of a table",

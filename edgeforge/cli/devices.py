@@ -11,6 +11,7 @@ from ..errors import ConfigError, ExitCode, Misconfigured
 from ..report import fmt
 from . import emulate
 from ._common import add_device_flags, console, escape, positive_float, step_progress
+from ._width import table_width
 
 
 def register(sub) -> None:
@@ -77,16 +78,30 @@ def print_devices(inv) -> None:
 
     state = HealthStore(inv.path).read()
     t = Table(title=escape(f"devices in {inv.path}"), title_justify="left")
-    for col in ("device", "address", "target", "python", "workdir", "tags", "health"):
-        t.add_column(col)
+    rows = []
     for name in inv.names():
         d = inv.devices[name]
         e = state.get(name) or {}
         n = int(e.get("consecutive_failures") or 0)
-        health = ("[red]unhealthy[/red]" if e.get("unhealthy") else
-                  f"[yellow]{n} failure(s)[/yellow]" if n else "ok")
-        t.add_row(*[escape(x) for x in (name, d.address, d.target, d.python, d.workdir, ", ".join(d.tags))], health)
-    console().print(t)
+        health = ("unhealthy" if e.get("unhealthy") else f"{n} failure(s)" if n else "ok")
+        rows.append({"device": name, "address": d.address, "target": d.target, "python": d.python,
+                     "workdir": d.workdir, "tags": ", ".join(d.tags), "health": health})
+    cols = ["device", "address", "target", "python", "workdir", "tags", "health"]
+    con = console()
+    # columns by width: the address keeps its port; python and workdir only where they fit
+    for drop in ("python", "workdir"):
+        if table_width([[c, *(r[c] for r in rows)] for c in cols]) > con.width:
+            cols.remove(drop)
+    for col in cols:
+        t.add_column(col, no_wrap=col in ("device", "address", "target", "health"), overflow="fold")
+    colour = {"unhealthy": "red", "ok": ""}
+    for r in rows:
+        c = colour.get(r["health"], "yellow")
+        t.add_row(*[escape(r[col]) if col != "health" or not c else f"[{c}]{escape(r[col])}[/{c}]"
+                    for col in cols])
+    con.print(t)
+    if len(cols) < 7:
+        con.print("python and workdir: `edgeforge devices --json` (or a wider terminal)", markup=False)
 
 
 def print_check(report: dict) -> None:

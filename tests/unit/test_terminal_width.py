@@ -1,0 +1,128 @@
+"""issue 19, terminal output people read, at 80 and 200 columns (COLUMNS): the fleet and sweep
+tables show result paths whole where they fit, else short ids (and say once where the files
+are), never a path folded to a ribbon; `devices` keeps the address with its port; progress
+lines without a TTY keep their elapsed time; long fleet lines wrap at clause boundaries."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from edgeforge.cli._width import clause_wrap, path_cells, short_id
+
+NAME = "20261201T161530Z-dev-a-digits-linux-x86-onnx-int8-ab12cd34.json"
+
+
+def _table_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln[:1] in "┏┃┡│└"]
+
+
+def _result(p50=1.234):
+    return {"summary": {"p50_ms": p50, "p90_ms": p50 * 1.1, "p99_ms": p50 * 1.3, "mad_ms": 0.01},
+            "drift": {"accuracy_drop": 0.1}, "artifact": {"precision": "int8"}}
+
+
+def _fleet(results: Path):
+    dev = SimpleNamespace(target="linux-x86")
+    ok = [SimpleNamespace(result=_result(), label="digits/int8", status="ok", path=results / NAME.replace("dev-a", f"dev-{c}"),
+                          error=None) for c in "ab"]
+    runs = [SimpleNamespace(name=f"dev-{c}", device=dev, jobs=[job], status="ok", note=None, error=None,
+                            failed=False, hint=None) for c, job in zip("ab", ok)]
+    runs.append(SimpleNamespace(name="dev-c", device=dev, status="failed", note=None, failed=True,
+                                error="device dev-c: cannot reach 127.0.0.1:40123: connection refused (after 2 tries)",
+                                hint="check that the device is up; now marked unhealthy after 3 consecutive failed benches",
+                                jobs=[SimpleNamespace(result=None, label="digits/int8", status="failed", path=None,
+                                                      error="cannot reach 127.0.0.1:40123")]))
+    return SimpleNamespace(id="f-1a2b", runs=runs, ok=runs[:2], failed=runs[2:], notes=[])
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_fleet_table_fits(columns, tmp_path, monkeypatch, capsys):
+    from edgeforge.cli.device import print_fleet
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    results = tmp_path / "results"
+    print_fleet(_fleet(results))
+    out = capsys.readouterr().out
+    table = _table_lines(out)
+    assert table and all(len(ln) <= columns for ln in table), out
+    rows = [ln for ln in table if "dev-a" in ln]
+    assert len(rows) == 1, out                                  # one line per row, no ribbon
+    if columns == 200:      # the whole file name (the full path would not fit beside the figures)
+        assert NAME in rows[0] and f"results in {results}/ (the files)" in out
+    else:
+        assert short_id(results / NAME) in rows[0] and f"results in {results}/ (ids:" in out
+    assert "failed: dev-c (failed): device dev-c: cannot reach" in out
+    assert "connection refused (after 2 tries)" in out
+    assert all(len(ln) <= columns for ln in out.splitlines() if not ln.startswith("results in"))
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_sweep_table_fits(columns, tmp_path, monkeypatch, capsys):
+    from edgeforge.cli.device import print_sweep
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    results = tmp_path / "results"
+    points = [SimpleNamespace(precision=prec, threads=t, power_mode=None, result=_result(), error=None, status="ok",
+                              path=results / NAME.replace("int8", prec).replace("161530", f"16153{t}"))
+              for prec in ("fp32", "int8") for t in (1, 4)]
+    outcome = SimpleNamespace(id="s-1", device="dev-a", target="linux-x86", backend="onnx", points=points,
+                              notes=[], reference=lambda p: None, speedup=lambda p: 1.5 if p.precision == "int8" else None)
+    print_sweep(outcome)
+    out = capsys.readouterr().out
+    table = _table_lines(out)
+    assert table and all(len(ln) <= columns for ln in table), out
+    assert len([ln for ln in table if ln.startswith("│ int8")]) == 2, out
+    assert (points[0].path.name in out) == (columns == 200)
+    assert (short_id(points[0].path) in out) == (columns == 80)
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_devices_keeps_the_port(columns, tmp_path, monkeypatch, capsys):
+    from edgeforge.cli.main import main
+
+    inv = tmp_path / "devices.toml"
+    inv.write_text('[devices.pi-lab-3]\nhost = "pi-lab-3.lab.example.com"\nport = 2222\nuser = "pi"\n'
+                   'target = "rpi4"\npython = "/home/pi/venvs/edgeforge-runtime/bin/python3"\n'
+                   'workdir = "/home/pi/edgeforge/work/area/deep"\ntags = ["lab", "arm", "rack-2"]\n')
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["devices", "--inventory", str(inv)]) == 0
+    out = capsys.readouterr().out
+    assert all(len(ln) <= columns for ln in _table_lines(out)), out
+    assert any("pi@pi-lab-3.lab.example.com:2222" in ln for ln in out.splitlines()), out
+    assert ("/home/pi/venvs/edgeforge-runtime/bin/python3" in out) == (columns == 200)
+
+
+def test_progress_without_a_tty_keeps_the_elapsed_time(monkeypatch, capsys):
+    from edgeforge.cli._common import step_progress
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with step_progress(False) as on_step:
+        on_step("check", "sha256 of the files under /home/pi/edgeforge/a-long-workdir-name/0123456789ab… "
+                         "and a description longer than the line")
+        time.sleep(1.1)
+        on_step("run", "edgeforge_runner.py on pi-lab-3")
+    err = capsys.readouterr().err
+    first = next(ln for ln in err.splitlines() if "check:" in ln)
+    assert first.rstrip().endswith("0:00:01"), err
+    assert "0…" not in err
+
+
+def test_clause_wrap_never_breaks_inside_a_clause():
+    text = ("failed: dev-b (failed): cannot reach 127.0.0.1:40123: connection refused (after 2 tries); "
+            "now marked unhealthy after 3 consecutive failed benches; `edgeforge devices check dev-b` clears the mark")
+    lines = clause_wrap(text, 80)
+    assert all(len(ln) <= 80 for ln in lines) and len(lines) > 1
+    assert " ".join(ln.strip() for ln in lines) == text
+    assert "  now marked unhealthy after 3 consecutive failed benches;" in lines
+
+
+def test_path_cells_choose_by_width(tmp_path):
+    p = tmp_path / NAME
+    assert path_cells([p], 10, 200) == ([str(p)], None)
+    cells, footer = path_cells([p, None], 60, 80)
+    assert cells == [short_id(p), None] and footer.startswith(f"results in {tmp_path}/")
+    assert short_id(p) == "161530Z…ab12cd34"
+    assert path_cells([p], 10, 80)[0] == [p.name] or len(str(p)) <= 80 - 10 - 3
