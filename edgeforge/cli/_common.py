@@ -293,21 +293,32 @@ def results_history(args, new_paths=()) -> list[dict]:
 
 
 def print_gates(gates) -> None:
+    """A table where it fits the terminal; else one line per gate (status, gate, measured,
+    limit, then device and run), wrapped at clause boundaries."""
     from rich.table import Table
 
     from ..report.gates import UNITS
+    from ._width import clause_wrap, table_width
 
+    con = console()
+    heads = ("status", "device", "gate", "run", "measured", "limit")
+    rows = [["pass" if g.passed else "FAIL", f"{g.device} {g.fingerprint}".strip(), g.name, g.subject or "-",
+             "n/a" if g.measured is None else f"{g.measured:.4g}{UNITS[g.name]}",
+             f"{g.threshold:g}{UNITS[g.name]}"] for g in gates]
+    if table_width([[h, *(r[i] for r in rows)] for i, h in enumerate(heads)]) > con.width:
+        con.print("quality gates", markup=False)
+        for r in rows:
+            colour = "green" if r[0] == "pass" else "red"
+            for line in clause_wrap(f"{r[0]} {r[2]}: {r[4]} (limit {r[5]}): {r[1]}: {r[3]}", con.width):
+                con.print(line, style=colour, markup=False)
+        return
     t = Table(title="quality gates", title_justify="left")
-    for col in ("status", "device", "gate", "run", "measured", "limit"):
-        t.add_column(col, overflow="fold",
-                     justify="right" if col in ("measured", "limit") else "left")
-    for g in gates:
-        unit = UNITS[g.name]
-        t.add_row("[green]pass[/green]" if g.passed else "[red]FAIL[/red]",
-                  escape(f"{g.device} {g.fingerprint}".strip()), g.name, escape(g.subject or "-"),
-                  "n/a" if g.measured is None else f"{g.measured:.4g}{unit}",
-                  f"{g.threshold:g}{unit}")
-    console().print(t)
+    for col in heads:
+        t.add_column(col, no_wrap=True, justify="right" if col in ("measured", "limit") else "left")
+    for r in rows:
+        colour = "green" if r[0] == "pass" else "red"
+        t.add_row(f"[{colour}]{r[0]}[/{colour}]", *map(escape, r[1:]))
+    con.print(t)
 
 
 # ---------------------------------------------------------------- progress

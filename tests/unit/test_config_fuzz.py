@@ -31,7 +31,7 @@ python = "python3"
 workdir = "/home/pi/edgeforge"
 tags = ["lab", "arm"]
 """
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

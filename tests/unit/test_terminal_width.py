@@ -126,3 +126,22 @@ def test_path_cells_choose_by_width(tmp_path):
     assert cells == [short_id(p), None] and footer.startswith(f"results in {tmp_path}/")
     assert short_id(p) == "161530Z…ab12cd34"
     assert path_cells([p], 10, 80)[0] == [p.name] or len(str(p)) <= 80 - 10 - 3
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_gates_fit(columns, monkeypatch, capsys):
+    """A table where it fits (200), one line per gate where it does not (80): never a gate
+    name or a run folded over three lines."""
+    from edgeforge.cli._common import print_gates
+    from edgeforge.report.gates import GateResult
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    subject = "mobilenet_v2/rpi4/lite/int8@abcdef123456"
+    print_gates([GateResult("max_p50_ms", "pi-lab-3", False, 12.345, 10.0, "", subject=subject, fingerprint="fp-1a2b"),
+                 GateResult("max_accuracy_drop", "pi-lab-3", True, 0.3, 1.0, "", subject=subject, fingerprint="fp-1a2b")])
+    out = capsys.readouterr().out
+    assert all(len(ln) <= columns for ln in out.splitlines()), out
+    assert subject in out and "max_accuracy_drop" in out and "12.35 ms" in out
+    assert (len(_table_lines(out)) > 0) == (columns == 200)
+    if columns == 80:
+        assert "FAIL max_p50_ms: 12.35 ms (limit 10 ms): pi-lab-3 fp-1a2b:" in out
