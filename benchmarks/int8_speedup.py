@@ -61,7 +61,7 @@ def ort_quantize_static(float_onnx: Path, batches: list[dict], out: Path) -> Pat
     return q
 
 
-def bench_model(name: str, project: Path, work: Path, runs: int, batch_size: int) -> list[dict]:
+def bench_model(name: str, project: Path, work: Path, runs: int, batch_size: int, budget: bool = True) -> list[dict]:
     from edgeforge import api
     from edgeforge.project import load_project
     from edgeforge.quant.speed import interleaved, p50
@@ -76,7 +76,8 @@ def bench_model(name: str, project: Path, work: Path, runs: int, batch_size: int
     batches = [{"x": cal[i:i + batch_size]} for i in range(0, min(len(cal), 320), batch_size)]
     kw = {"cache_dir": work / "cache"}
     fp32 = api.build(project, "linux-x86", precision="fp32", out=work / f"{name}-fp32", **kw)
-    ef = api.build(project, "linux-x86", out=work / f"{name}-int8", **kw)
+    # budget=False: plain KL INT8, no layer kept in float (--no-fallback), like for like with quantize_static
+    ef = api.build(project, "linux-x86", out=work / f"{name}-int8", float_fallback=budget, **kw)
     models = {"fp32": fp32.out_dir / "model.onnx", "edgeforge INT8": ef.out_dir / "model.onnx",
               "quantize_static": ort_quantize_static(fp32.out_dir / "model.onnx", batches, work)}
     samples = interleaved(models, feeds, runs=runs, warmups=20, threads=THREADS)
@@ -92,10 +93,16 @@ def bench_model(name: str, project: Path, work: Path, runs: int, batch_size: int
         if method != "fp32":
             c = compare_samples(samples["fp32"], samples[method], labels=("fp32", method))
             row["vs_static"] = p50(samples["quantize_static"]) / p50(samples[method])
+            # the target's budget: 1 point with labels, else cosine 0.99 (here: the mean cosine)
+            within = (ef.manifest["verify"]["status"] == "passed" if method == "edgeforge INT8"
+                      else (drop <= 1.0 if drop is not None else cos >= 0.99))
             row["verdict"] = int8_verdict(c, accuracy_drop=drop, cosine=None if labels is not None else cos,
-                                          where="on this host").line
+                                          within_budget=within, where="on this host").line
             if method == "edgeforge INT8":
                 row["kept_in_float"] = len(ef.manifest.get("keep_float") or [])
+                row["budget"] = "met" if ef.manifest["verify"]["status"] == "passed" else "missed"
+                if not budget:
+                    row["method"] = "edgeforge INT8 (--no-fallback)"
         rows.append(row)
     return rows
 
@@ -126,17 +133,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="digits,mobilenet_v2,resnet18")
     ap.add_argument("--runs", type=int, default=200, help="interleaved rounds (default 200)")
+    ap.add_argument("--no-fallback", action="store_true",
+                    help="edgeforge INT8 without the accuracy budget's float layers (plain KL)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     rows = []
+    budget = not args.no_fallback
     with tempfile.TemporaryDirectory(prefix="ef-int8-") as tmp:
         work = Path(tmp)
         for name in args.models.split(","):
             if name == "digits":
-                rows += bench_model("digits", digits_project(work), work / "digits", args.runs, batch_size=32)
+                rows += bench_model("digits", digits_project(work), work / "digits", args.runs, 32, budget)
             else:
                 proj = vision_project(work / f"{name}-project", name, calib=32, evaluation=64, init="calibrated")
-                rows += bench_model(name, proj, work / name, args.runs, batch_size=8)
+                rows += bench_model(name, proj, work / name, args.runs, 8, budget)
             print_table(rows)
             if args.json:
                 args.json.write_text(json.dumps({"cpu_flags": cpu_flags(), "rows": rows}, indent=2))

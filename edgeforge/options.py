@@ -127,6 +127,7 @@ class BenchOptions(_Options):
     inventory: Optional[PathLike] = None
     results_dir: Optional[PathLike] = None
     health: bool = True                 # refuse unhealthy devices, count this bench
+    profile: bool = False               # per-op profile on the device (bench --profile)
 
     @field_validator("warmups", mode="before")
     @classmethod

@@ -37,6 +37,9 @@ def register(sub) -> None:
     b.add_argument("--jobs", type=positive_int, metavar="N", help="devices benched at once (default: all selected)")
     b.add_argument("--threads", type=positive_int, metavar="N", help="runtime threads (default: the build's target)")
     b.add_argument("--power-mode", metavar="MODE", help="runtime power mode (default: the build's target)")
+    b.add_argument("--profile", action="store_true",
+                   help="also record a per-op profile on the device (onnxruntime's node profiler): "
+                        "per node and per op type in the result; see `edgeforge profile`")
     add_bench_flags(b, device=False)
     b.set_defaults(func=cmd_bench)
 
@@ -82,7 +85,7 @@ def _bench_one(args) -> int:
     from ..device.bench import bench
 
     with step_progress(args.quiet) as on_step:
-        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode)
+        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile)
         outcome = bench(args.build_dir[0], args.device, opts, on_step=on_step)
     if args.json:
         print(json.dumps(outcome.result, indent=2))
@@ -96,7 +99,7 @@ def _bench_fleet(args) -> int:
     from ..device.fleet import fleet_bench
 
     with fleet_progress(args.quiet) as on_step:
-        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode)
+        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile)
         outcome = fleet_bench(args.build_dir, args.devices or args.device, opts, jobs=args.jobs,
                               on_step=on_step)
     if args.json:

@@ -15,10 +15,10 @@ import sys
 import traceback
 
 from ..errors import EdgeforgeError, ExitCode
-from . import _help, build, deploy, device, devices, load, report, toolchain
+from . import _help, build, deploy, device, devices, load, profile, report, toolchain
 from ._common import Parser
 
-VERBS = (build, deploy, device, devices, load, report, toolchain)
+VERBS = (build, deploy, device, devices, load, profile, report, toolchain)
 
 
 def build_parser() -> Parser:

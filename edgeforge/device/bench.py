@@ -215,6 +215,7 @@ class Bench:
                 "warmups": s.warmups, "runs": s.runs,
                 "runner": s.runner, "benchmark_bin": s.benchmark_bin,
                 "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True,
+                "profile": self.opts.profile,
                 "lease": ({"dir": posixpath.join(posixpath.dirname(self.remote_dir), ".lease"), "token": self.lease.token}
                           if self.lease is not None and self.remote_dir else None)}
 
@@ -353,6 +354,9 @@ class Bench:
             "lease": self.lease.record() if self.lease is not None else None,
             "connect": {"attempts": self.attempts, "retries_allowed": self.retries},
         }
+        prof = p.first("profile")
+        if prof:
+            result["profile"] = {k: v for k, v in prof.items() if k != "event"}
         for key, value in self.tags.items():
             result.setdefault(key, value)
         if error:

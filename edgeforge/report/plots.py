@@ -148,3 +148,35 @@ def artifact_sizes(summary: dict) -> str | None:
     ax.grid(axis="x", alpha=0.3)
     _legend(ax, [a["precision"] for a in arts], {"float model": FLOAT_GHOST} if any(floats) else None)
     return to_svg(fig, "size")
+
+
+def op_profiles(summary: dict) -> str | None:
+    """Per profiled run: a stacked bar of its time by op type (the five largest overall, the
+    rest as "other"), labelled with the profiled total."""
+    runs = [e for e in summary["results"] if e.get("profile")]
+    if not runs:
+        return None
+    weight: dict[str, float] = {}
+    for e in runs:
+        for o in e["profile"]["by_op"]:
+            weight[o["op"]] = weight.get(o["op"], 0.0) + o["share"]
+    top = sorted(weight, key=lambda op: -weight[op])[:5]
+    fig = _figure(9.0, 0.5 * len(runs) + 1.3)
+    ax = fig.subplots()
+    y = np.arange(len(runs))
+    left = np.zeros(len(runs))
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", FLOAT_GHOST]
+    for op, color in zip(top + ["other"], colors):
+        share = np.array([sum(o["share"] for o in e["profile"]["by_op"]
+                              if (o["op"] == op) or (op == "other" and o["op"] not in top)) for e in runs])
+        ax.barh(y, share * 100, left=left, color=color, height=0.6, label=op)
+        left += share * 100
+    for yi, e in zip(y, runs):
+        ax.annotate(f"{e['profile']['total_ms']:.3g} ms", (100, yi), textcoords="offset points",
+                    xytext=(4, -3), fontsize=8)
+    ax.set_yticks(y, [f"{e['id']} {e['label']}" for e in runs])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 112)
+    ax.set_xlabel("share of profiled time (%)")
+    ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=6)
+    return to_svg(fig, "opp")

@@ -107,7 +107,18 @@ def _entry(index: int, path: Path, r: dict) -> dict:
         "summary": s,
         "drift": r.get("drift"),
         "transfer": r.get("transfer"),
+        "profile": _profile(r),
     }
+
+
+def _profile(r: dict) -> dict | None:
+    """The run's per-op profile (bench --profile), its op types only."""
+    from .profile import qdq_share
+
+    prof = r.get("profile")
+    if not prof or prof.get("skipped"):
+        return None
+    return {"total_ms": prof["total_ms"], "by_op": prof["by_op"], "qdq_share": qdq_share(prof)}
 
 
 def _pairs(results: list[dict], entries: list[dict]) -> list[dict]:

@@ -85,13 +85,22 @@ def report_tables(summary: dict) -> list[Table]:
         int8.notes.append(f"{p['int8']['id']}: {c['line'] if c else p['note']}")
         int8.notes += [f"{p['int8']['id']} warning: {w}" for w in (c or {}).get("warnings", [])]
     placement = runtime_table(results)
+    profiles = Table("profile", "Per-op profiles", ["run", "model/target/backend/precision", "device",
+                                                    "profiled ms", "top ops (share of time)", "quantize/dequantize"],
+                     empty="No run carries a per-op profile (edgeforge bench --profile).")
+    for e in results:
+        pr = e.get("profile")
+        if pr:
+            profiles.rows.append([e["id"], e["label"], e["device"]["name"], fmt.ms(pr["total_ms"]),
+                                  ", ".join(f"{o['op']} {o['share'] * 100:.0f}%" for o in pr["by_op"][:4]),
+                                  f"{pr['qdq_share'] * 100:.1f}%"])
     artifacts = Table("artifacts", "Artifacts", ["sha256", "model/target/backend/precision", "size", "float model size"],
                       [[Cell(a["sha256"]), a["label"], fmt.size(a.get("size_bytes")), fmt.size(a.get("float_size_bytes"))]
                        for a in summary["artifacts"]])
     sources = Table("sources", "Sources", ["run", "file", "result id", "created"],
                     [[e["id"], Cell(e["source"]), e.get("result_id"), e.get("created_at")] for e in results],
                     notes=[f"skipped {s['source']}: {s['reason']}" for s in summary.get("skipped", [])])
-    return [devices, runs, int8, placement, artifacts, sources]
+    return [devices, runs, int8, placement, profiles, artifacts, sources]
 
 
 def runtime_table(results: list[dict]) -> Table:

@@ -870,10 +870,82 @@ def bench_events(build_dir, spec):
     after = fingerprint()
     emit("latency", **lat)
     emit("fingerprint", when="after", fingerprint=after)
+    if spec.get("profile"):
+        emit("profile", **op_profile(spec, model, one, threads))
     if spec.get("drift", True):
         drift(spec, build_dir, run, (feeds, ref, labels), (threads, power_mode))
     emit("done", time=time.time())
     return EXIT_OK
+
+
+# ---------------------------------------------------------------- per-op profile (bench --profile)
+# After the timed runs, onnxruntime's node profiler on a session of its own (graph optimizations
+# on, as timed: the nodes are the kernels that ran, e.g. fused QLinearConv), PROFILE_RUNS runs at
+# batch 1; each node's median kernel time over the runs, summed per op type.
+
+PROFILE_RUNS = 30
+PROFILE_TOP = 40          # nodes kept in the result (every op type is kept)
+
+
+def aggregate_profile(events):
+    """{"by_op", "by_node", "total_ms"} from onnxruntime profile events: per node its median
+    kernel time over its runs (ms), per op type the sum over its nodes; shares of the total."""
+    nodes = {}
+    for ev in events:
+        name = ev.get("name", "")
+        if ev.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        args = ev.get("args") or {}
+        node = nodes.setdefault(name[:-len("_kernel_time")], {"op": args.get("op_name", "?"),
+                                                               "provider": args.get("provider"), "us": []})
+        node["us"].append(float(ev.get("dur") or 0.0))
+    rows = [{"node": n, "op": v["op"], "provider": v["provider"], "ms": _median(v["us"]) / 1e3,
+             "runs": len(v["us"])} for n, v in nodes.items()]
+    total = sum(r["ms"] for r in rows) or 1e-9
+    ops = {}
+    for r in rows:
+        o = ops.setdefault(r["op"], {"op": r["op"], "ms": 0.0, "nodes": 0})
+        o["ms"] += r["ms"]
+        o["nodes"] += 1
+    by_op = sorted(ops.values(), key=lambda o: -o["ms"])
+    by_node = sorted(rows, key=lambda r: -r["ms"])[:PROFILE_TOP]
+    for r in by_op + by_node:
+        r["share"] = round(r["ms"] / total, 5)
+        r["ms"] = round(r["ms"], 5)
+    return {"total_ms": round(total, 5), "by_op": by_op, "by_node": by_node, "nodes": len(rows)}
+
+
+def op_profile(spec, model, feeds, threads, runs=PROFILE_RUNS):
+    """The artifact's per-op profile on this device (onnxruntime), or why there is none."""
+    if _needed_runtime(spec) != "onnxruntime":
+        return {"skipped": "per-op profiles come from onnxruntime's profiler; this build runs on %s"
+                % _needed_runtime(spec)}
+    import shutil
+    import tempfile
+
+    import onnxruntime as ort
+
+    rt = spec.get("runtime", {})
+    tmp = tempfile.mkdtemp(prefix="edgeforge-opprof-")
+    try:
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = int(threads)
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tmp, "edgeforge-ops")
+        sess = ort.InferenceSession(model, sess_options=opts, providers=provider_entries(
+            rt.get("execution_providers"), rt.get("provider_options"), None, ort.get_available_providers()))
+        names = [i.name for i in sess.get_inputs()]
+        for _ in range(int(runs)):
+            sess.run(None, {n: feeds[n] for n in names})
+        with open(sess.end_profiling()) as fh:
+            events = json.load(fh)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = aggregate_profile(events)
+    out.update(runs=int(runs), threads=threads, method="onnxruntime profiler, batch 1, graph optimizations "
+               "on; per node the median kernel time over the runs")
+    return out
 
 
 DRIFT_BATCH = 64

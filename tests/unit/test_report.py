@@ -164,3 +164,16 @@ def test_int8_section_leads_with_one_verdict_per_pair(tmp_path, rendered):
     assert pair["verdict"]["ship"] == "fp32" and pair["verdict"]["speed"] == "slower"
     html = (tmp_path / "out" / "report.html").read_text()
     assert "0.77x of fp32 (slower) on this device" in html and "--precision auto picks fp32" in html
+
+
+def test_profiled_runs_get_a_table_and_a_plot(tmp_path):
+    r = make_result(median_ms=3.1, seed=1)
+    r["profile"] = {"total_ms": 2.5, "nodes": 3, "runs": 30,
+                    "by_op": [{"op": "QLinearConv", "ms": 2.0, "nodes": 2, "share": 0.8},
+                              {"op": "QuantizeLinear", "ms": 0.5, "nodes": 1, "share": 0.2}],
+                    "by_node": []}
+    (tmp_path / "r.json").write_text(json.dumps(r))
+    out = write_report([tmp_path / "r.json"], tmp_path / "out")
+    md, html = out["markdown"].read_text(), out["html"].read_text()
+    assert "## Per-op profiles" in md and "QLinearConv 80%, QuantizeLinear 20%" in md and "| 20.0% |" in md
+    assert 'id="opp-' in html and "share of profiled time" in html
