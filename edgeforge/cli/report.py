@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode
-from ._common import add_gate_arguments, console, enforce_gates, gates_requested
+from ._common import add_gate_arguments, console, enforce_gates, escape, gates_requested
+from ._width import clause_wrap, drop_to_fit
 
 
 def register(sub) -> None:
@@ -88,12 +89,18 @@ def cmd_report(args) -> int:
         _say_skipped(skipped["source"], skipped["reason"])
     con = console()
     t = Table(title=f"{len(s['results'])} run(s) on {len(s['fingerprints'])} device fingerprint(s)", title_justify="left")
-    for col in ("run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p90 ms", "p99 ms", "drop pts"):
-        t.add_column(col, overflow="fold", justify="right" if col.endswith(("ms", "pts")) else "left")
-    for e in s["results"]:
-        t.add_row(e["id"], e["label"], e["artifact"]["short"], f"{e['device']['name']} {e['device']['fingerprint_id']}",
-                  fmt.ms(e["summary"].get("p50_ms")), fmt.ms(e["summary"].get("p90_ms")),
-                  fmt.ms(e["summary"].get("p99_ms")), fmt.points((e["drift"] or {}).get("accuracy_drop")))
+    heads = ["run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p90 ms", "p99 ms", "drop pts"]
+    rows = [[e["id"], e["label"], e["artifact"]["short"], f"{e['device']['name']} {e['device']['fingerprint_id']}",
+             fmt.ms(e["summary"].get("p50_ms")), fmt.ms(e["summary"].get("p90_ms")),
+             fmt.ms(e["summary"].get("p99_ms")), fmt.points((e["drift"] or {}).get("accuracy_drop"))]
+            for e in s["results"]]
+    # columns by width: p90, p99 and the artifact digest go first (report.md has them all)
+    keep = drop_to_fit(heads, rows, ("p90 ms", "p99 ms", "artifact"), 0, con.width)
+    for i in keep:
+        t.add_column(heads[i], overflow="fold", no_wrap=heads[i] != heads[1],
+                     justify="right" if heads[i].endswith(("ms", "pts")) else "left")
+    for row in rows:
+        t.add_row(*(escape(row[i]) for i in keep))
     if s["results"]:
         con.print(t)
     for e in s.get("load", []):      # edgeforge load results: one line each, with the SLO pick
@@ -103,7 +110,8 @@ def cmd_report(args) -> int:
         if rec:
             con.print(rec, markup=False)
     for line in verdict_lines(s["int8_vs_float"]):     # the INT8 verdicts lead the INT8 lines
-        con.print(line, markup=False, style="bold")
+        for part in clause_wrap(line, con.width):
+            con.print(part, markup=False, style="bold")
     for p in s["int8_vs_float"]:
         what = (f"{fmt.ratio(p['speedup'])} vs fp32 {p['float']['id']}, {verdict_cell(p)}" if p["float"]
                 else p["note"])

@@ -145,3 +145,21 @@ def test_gates_fit(columns, monkeypatch, capsys):
     assert (len(_table_lines(out)) > 0) == (columns == 200)
     if columns == 80:
         assert "FAIL max_p50_ms: 12.35 ms (limit 10 ms): pi-lab-3 fp-1a2b:" in out
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_report_table_fits(columns, tmp_path, monkeypatch, capsys):
+    from result_factory import make_result
+
+    from edgeforge.cli.main import main
+    from edgeforge.fsutil import write_json_atomic
+
+    for i, (name, prec) in enumerate([("mobilenet_v2", "int8"), ("mobilenet_v2", "fp32"), ("digits", "int8")]):
+        write_json_atomic(tmp_path / "res" / f"r{i}.json", make_result(name=name, precision=prec, seed=i))
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["report", str(tmp_path / "res"), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    table = _table_lines(out)
+    assert table and all(len(ln) <= columns for ln in table), out
+    assert len([ln for ln in table if ln.startswith("│ R1 ")]) == 1, out        # one line per run
+    assert ("p99 ms" in out) == (columns == 200)
