@@ -166,7 +166,9 @@ class Deployer:
     on_step: Step = lambda d, s, m: None
 
     def __call__(self, dev: Device, entry: DeviceEntry) -> None:
-        step = lambda s, m: self.on_step(dev.name, s, m)
+        def step(s, m):
+            return self.on_step(dev.name, s, m)
+
         b = Bench(self.build_dir, dev, resolve_settings(self.manifest, dev, self.opts), self.opts, on_step=step)
         files = release_files(self.build_dir, self.manifest)
         digests = b.local_digests(files)
@@ -222,7 +224,9 @@ def switch_device(dev: Device, name: str, opts: BenchOptions, entry: DeviceEntry
                   on_step: Step = lambda d, s, m: None) -> None:
     """Make the switch ``sw`` of NAME on ``dev``, record it, health-check it (switching back on
     failure); fills ``entry``."""
-    step = lambda s, m: on_step(dev.name, s, m)
+    def step(s, m):
+        return on_step(dev.name, s, m)
+
     settings = device_settings(dev, opts)
     to, reason, action, expect = sw.to, sw.reason, sw.action, sw.expect
 
@@ -328,7 +332,7 @@ def deploy(build_dir, devices: str, opts: BenchOptions | None = None, spec: Depl
         raise ConfigError("--keep must be >= 1")
     inv, runs = plan([build_dir], devices, opts.inventory)
     pairs = [(r.device, DeviceEntry(device=r.name, target=r.device.target)) for r in runs]
-    for (dev, entry), r in zip(pairs, runs):
+    for (_dev, entry), r in zip(pairs, runs):
         if not r.jobs:
             entry.status, entry.notes = "not deployed", [r.note]
     todo = [(d, e) for d, e in pairs if e.status == "pending"]
@@ -421,6 +425,9 @@ def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: s
     record = new_record("rollback", new_id("rollback"), name)
     record.devices = [e for _, e in pairs]
     sw = Switch(to, reason or (f"rollback to {to}" if to else "rollback"))
-    work = lambda dev, e: switch_device(dev, name, opts, e, sw, on_step or (lambda d, s, m: None))
+
+    def work(dev, e):
+        return switch_device(dev, name, opts, e, sw, on_step or (lambda d, s, m: None))
+
     _parallel(_guarded_each(inv.path, opts.model_copy(update={"health": False}), HealthStore(inv.path), work), pairs)
     return record

@@ -159,8 +159,8 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
         on_step("build", f"{name} {target} {backend} {prec}")
         res = api.build(project, target, build.model_copy(update={"backend": backend, "precision": prec}),
                         out=(Path(out) / f"{name}-{target}-{backend}-{prec}") if out else None,
-                        on_event=lambda n, phase, info: on_step("build", f"{prec}: {n} {phase}"),
-                        log=lambda msg: on_step("build", f"{prec}: {msg}"))
+                        on_event=lambda n, phase, info: on_step("build", f"{prec}: {n} {phase}"),  # noqa: B023
+                        log=lambda msg: on_step("build", f"{prec}: {msg}"))  # noqa: B023 - used in this call
         if res.verify_status == "failed":
             outcome.verify_failed.append(prec)
             outcome.notes.append(f"{prec} not benched: verify failed ({res.manifest['verify'].get('reason')})")
