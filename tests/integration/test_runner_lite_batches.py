@@ -4,11 +4,14 @@ wrong outputs). Driven with the real Paddle Lite x86 runtime on a float digits .
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from edgeforge import api
+from edgeforge.runner import RUNNER_FILE
 from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.toolchain import find_lite
 
 
 @pytest.fixture(scope="module")
@@ -22,26 +25,41 @@ def _spec(m):
             "runner": "python"}
 
 
-def test_bench_evaluates_drift_with_one_lite_predictor_per_batch_size(lite_build, monkeypatch, capsys):
-    made = []                                    # one list of batch sizes per predictor created
-    real = runner.lite_predictor
+# Paddle Lite runs in its own interpreter (the Lite toolchain): the runner is driven there.
+_CHILD = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("edgeforge_runner", sys.argv[1])
+runner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(runner)
+made = []                                    # one list of batch sizes per predictor created
+real = runner.lite_predictor
 
-    def counting(*args, **kwargs):
-        run = real(*args, **kwargs)
-        sizes = []
-        made.append(sizes)
+def counting(*args, **kwargs):
+    run = real(*args, **kwargs)
+    sizes = []
+    made.append(sizes)
 
-        def wrapped(feeds):
-            sizes.append(len(next(iter(feeds.values()))))
-            return run(feeds)
-        wrapped.runtime, wrapped.input_names = run.runtime, run.input_names
-        return wrapped
+    def wrapped(feeds):
+        sizes.append(len(next(iter(feeds.values()))))
+        return run(feeds)
+    wrapped.runtime, wrapped.input_names = run.runtime, run.input_names
+    return wrapped
 
-    monkeypatch.setattr(runner, "lite_predictor", counting)
+runner.lite_predictor = counting
+code = runner.bench(sys.argv[2], json.loads(sys.argv[3]))
+print("@@made " + json.dumps({"code": code, "made": made}))
+"""
+
+
+def test_bench_evaluates_drift_with_one_lite_predictor_per_batch_size(lite_build):
     m = lite_build.manifest
-    assert runner.bench(str(lite_build.out_dir), _spec(m)) == runner.EXIT_OK
-    events = [json.loads(line[len(runner.EVENT_PREFIX):]) for line in capsys.readouterr().out.splitlines()
-              if line.startswith(runner.EVENT_PREFIX)]
+    res = subprocess.run([find_lite().python, "-c", _CHILD, str(RUNNER_FILE), str(lite_build.out_dir),
+                          json.dumps(_spec(m))], capture_output=True, text=True, timeout=600)
+    lines = res.stdout.splitlines()
+    child = next((json.loads(ln[len("@@made "):]) for ln in lines if ln.startswith("@@made ")), None)
+    assert child is not None and child["code"] == runner.EXIT_OK, res.stdout[-2000:] + res.stderr[-2000:]
+    made = child["made"]
+    events = [json.loads(line[len(runner.EVENT_PREFIX):]) for line in lines if line.startswith(runner.EVENT_PREFIX)]
     drift = next(e for e in events if e["event"] == "drift")
     rt = next(e for e in events if e["event"] == "runtime")
     # 540 samples: 8 chunks of 64 and one of 28, each size on a predictor of its own
