@@ -19,7 +19,6 @@ measured before the failure is saved as a result with status "incomplete".
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import time
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from .settings import (
     check_results_dir,
     needed_modules,
     resolve_settings,
+    results_dir_of,
     validate_build,
 )
 from .transport import SSHTransport
@@ -133,7 +133,7 @@ class Bench:
         self.device = device
         self.settings = settings
         self.trust_new_host = opts.trust_new_host
-        self.results_dir = Path(opts.results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
+        self.results_dir = results_dir_of(opts)
         self.on_step = on_step or (lambda step, msg: None)
         self.partial = _Partial()
         self.transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [], "reused": []}

@@ -23,6 +23,7 @@ from typing import Callable
 from ..errors import Busy, ConfigError, DeviceError, EdgeforgeError, Unhealthy
 from ..options import BenchOptions
 from .bench import Bench, build_files, guarded, resolve_settings
+from .settings import check_results_dir, results_dir_of
 from .health import UNHEALTHY_AFTER, HealthStore, skip_note
 from .inventory import Device, load_inventory, select_devices
 
@@ -144,6 +145,7 @@ def fleet_bench(build_dirs, devices: str, opts: BenchOptions | None = None, *,
     health = opts.health
     on_step = on_step or (lambda dev, step, msg: None)
     inv, device_runs = plan(build_dirs, devices, opts.inventory)
+    check_results_dir(results_dir_of(opts))      # before any device measures anything
     fid = new_id("fleet")
     store = HealthStore(inv.path, unhealthy_after)
     settings = {}

@@ -172,6 +172,11 @@ def validate_build(build_dir: Path, manifest: dict) -> None:
                               hint="a build directory must hold its own files: rebuild it")
 
 
+def results_dir_of(opts: BenchOptions) -> Path:
+    """Where results go: ``--results``, else ``$EDGEFORGE_RESULTS``, else ``results/``."""
+    return Path(opts.results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
+
+
 def check_results_dir(path: Path) -> None:
     """Before anything is measured: the results directory exists or can be made, and a file can
     be written in it (a read-only filesystem or permissions would lose the measurement at the

@@ -119,3 +119,6 @@ def test_read_only_results_directory_is_refused_before_measuring(crafted, tmp_pa
                              "nothing was measured")
         assert sorted(p.name for p in ro.iterdir()) == ["old.json"]
         assert "127.0.0.1" not in res.stderr + res.stdout      # no connection was tried
+        fleet = run_cli("bench", str(build), "--devices", "all", "--inventory", str(inv), "--results", str(ro))
+        assert_clean_failure(fleet, 2, f"results directory {ro} is not writable")
+        assert "127.0.0.1" not in fleet.stderr + fleet.stdout
