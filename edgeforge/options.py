@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .config import parse_model
 from .errors import ConfigError
+from .report.gates import GATE_NAMES
 from .targets import BackendKind, CalibrationAlgo, Precision, TargetProfile
 
 PathLike = Union[str, Path]
@@ -112,6 +113,26 @@ def resolve_precision(target: TargetProfile, backend: str, precision: str | None
             raise ConfigError("Paddle Lite fp16 needs an arm valid target",
                               hint="use --precision fp32")
     return chosen
+
+
+class GateOptions(_Options):
+    """The quality gates asked for (None: not asked), read once from the flags
+    (``edgeforge.cli._common.gate_options``) and passed down whole."""
+
+    max_accuracy_drop: Optional[float] = None     # points
+    max_p50_ms: Optional[float] = None
+    min_int8_speedup: Optional[float] = None      # x, vs fp32 of the same model and device
+    min_accelerated_nodes: Optional[float] = None  # share 0-1 on an accelerating provider
+    force: bool = False                           # latency gates over emulated runs anyway
+    junit: Optional[PathLike] = None              # also write JUnit XML here
+
+    @property
+    def requested(self) -> bool:
+        return any(v is not None for v in self.thresholds().values())
+
+    def thresholds(self) -> dict[str, Optional[float]]:
+        """The thresholds by gate name, as ``report.gates.evaluate_gates`` takes them."""
+        return {name: getattr(self, name) for name in GATE_NAMES}
 
 
 class BenchOptions(_Options):

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode, GateFailed
+from ..options import GATE_NAMES, GateOptions
 
 EXIT_CODES_HELP = """exit codes: 0 ok; 1 a quality gate failed (or a build failed verify);
 2 usage or configuration (nothing was benched); 3 a build pass failed;
@@ -204,7 +205,7 @@ def bench_options(args, **extra):
 
 # ---------------------------------------------------------------- gates
 
-_GATE_FLAGS = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes")
+_GATE_FLAGS = GATE_NAMES
 _NEEDS_GATE = "--junit needs a gate: --max-accuracy-drop, --max-p50-ms or --min-int8-speedup"
 
 
@@ -225,35 +226,45 @@ def add_gate_arguments(parser) -> None:
                      help="apply --max-p50-ms/--min-int8-speedup to emulated results anyway")
 
 
+def gate_options(args) -> GateOptions:
+    """The one place the gate thresholds are read from parsed flags (a GateOptions passes
+    through as it is)."""
+    if isinstance(args, GateOptions):
+        return args
+    return GateOptions.of(**{k: getattr(args, k, None) for k in _GATE_FLAGS},
+                          force=bool(getattr(args, "force", False)), junit=getattr(args, "junit", None))
+
+
 def gates_requested(args) -> bool:
-    return any(getattr(args, k, None) is not None for k in _GATE_FLAGS)
+    return gate_options(args).requested
 
 
 def check_gate_flags(args) -> None:
     """Before anything runs: --junit needs a gate, thresholds must be valid."""
     from ..report.gates import evaluate_gates
 
-    if getattr(args, "junit", None) and not gates_requested(args):
+    g = gate_options(args)
+    if g.junit and not g.requested:
         raise ConfigError(_NEEDS_GATE)
-    evaluate_gates([], **{k: getattr(args, k, None) for k in _GATE_FLAGS})
+    evaluate_gates([], **g.thresholds())
 
 
 def enforce_gates(args, results: list[dict], reference: list[dict] = ()) -> None:
     """Evaluate the gates given on the command line over ``results``; print them, write
     --junit; raise GateFailed when one failed. ``reference``: earlier runs, not gated, that
     may be the fp32 counterpart of an INT8 run."""
-    if not gates_requested(args):
-        if getattr(args, "junit", None):
+    g = gate_options(args)
+    if not g.requested:
+        if g.junit:
             raise ConfigError(_NEEDS_GATE)
         return
     from ..report.gates import evaluate_gates, require_passed
     from ..report.junit import write_junit
 
-    gates = evaluate_gates(results, **{k: getattr(args, k) for k in _GATE_FLAGS},
-                           reference=reference, force=getattr(args, "force", False))
+    gates = evaluate_gates(results, **g.thresholds(), reference=reference, force=g.force)
     print_gates(gates)
-    if args.junit:
-        console().print(f"junit: {write_junit(gates, Path(args.junit))}")
+    if g.junit:
+        console().print(f"junit: {write_junit(gates, Path(g.junit))}")
     require_passed(gates)
 
 
@@ -272,7 +283,7 @@ def gate_with_history(args, results: list[dict], new_paths=()) -> int:
     """``apply_gates``, where earlier runs in the results directory may serve as the fp32
     counterparts of INT8 runs (--min-int8-speedup)."""
     reference = []
-    if gates_requested(args) and args.min_int8_speedup is not None:
+    if gate_options(args).min_int8_speedup is not None:
         reference = results_history(args, new_paths)
     return apply_gates(args, results, reference=reference)
 
