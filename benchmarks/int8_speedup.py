@@ -93,6 +93,8 @@ def bench_model(name: str, project: Path, work: Path, runs: int, batch_size: int
         if method != "fp32":
             c = compare_samples(samples["fp32"], samples[method], labels=("fp32", method))
             row["vs_static"] = p50(samples["quantize_static"]) / p50(samples[method])
+            # is this row's INT8 faster or slower than quantize_static's, or within noise?
+            row["vs_static_compare"] = compare_samples(samples["quantize_static"], samples[method]).verdict
             # the target's budget: 1 point with labels, else cosine 0.99 (here: the mean cosine)
             within = (ef.manifest["verify"]["status"] == "passed" if method == "edgeforge INT8"
                       else (drop <= 1.0 if drop is not None else cos >= 0.99))
@@ -125,7 +127,9 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         t.add_row(r["model"], r["method"] + (f" ({r['kept_in_float']} float)" if r.get("kept_in_float") else ""),
                   f(r["size_mb"], ".2f"), f(r["p50_ms"], ".2f"), f(r["speedup"], ".2f") + "x",
-                  f(r.get("vs_static"), ".2f"), f(r["top1"], ".3f"), f(r["cosine"], ".4f"), r["verdict"])
+                  f(r.get("vs_static"), ".2f") + {"faster": " (faster)", "slower": " (slower)", "not significant": " (n.s.)"}
+                  .get(r.get("vs_static_compare") if r["method"] != "quantize_static" else None, ""),
+                  f(r["top1"], ".3f"), f(r["cosine"], ".4f"), r["verdict"])
     Console(width=200).print(t)
 
 
