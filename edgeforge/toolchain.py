@@ -31,6 +31,7 @@ from typing import Callable
 
 from .cache import default_cache_dir
 from .errors import ConfigError
+from .fsutil import write_json_atomic
 
 SCHEMA = "edgeforge.toolchain/1"
 LITE_PYTHON = (3, 10)
@@ -232,9 +233,7 @@ def install_lite(python: str | None = None, log: Callable[[str], None] = lambda 
                 "packages": {k: info.get(k) for k in ("paddlelite", "numpy", "onnxruntime")},
                 "requirements": list(LITE_PACKAGES),
                 "installed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    tmp = _manifest_path(root).with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, _manifest_path(root))
+    write_json_atomic(_manifest_path(root), manifest)
     _resolve.cache_clear()
     return manifest
 

@@ -74,10 +74,20 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
                   soft_wrap=False)
     elif m.get("keep_float"):
         con.print("kept in float: " + ", ".join(m["keep_float"]), soft_wrap=False)
+    fk = (m.get("quantization") or {}).get("fast_kl") or {}
+    if fk and not fk.get("enabled", True):
+        con.print(f"[yellow]fast KL off: {escape_text(fk.get('reason') or '?')}; "
+                  "Paddle's own KL search ran (much slower)[/yellow]", soft_wrap=False)
     if m.get("calibration_search"):
         con.print("calibration search: " + ", ".join(
             f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
             + f" -> {m['quantization']['algo']}", soft_wrap=False)
+
+
+def escape_text(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def host_verdict(m: dict):

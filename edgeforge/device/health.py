@@ -25,9 +25,10 @@ import datetime as _dt
 import fcntl
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from ..fsutil import write_json_atomic
 
 STATE_SCHEMA = "edgeforge.devices-state/1"
 UNHEALTHY_AFTER = 3
@@ -66,18 +67,7 @@ class HealthStore:
         return data["devices"]
 
     def _write(self, devices: dict) -> None:
-        data = {"schema": STATE_SCHEMA, "devices": {k: devices[k] for k in sorted(devices)}}
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh, indent=2)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        write_json_atomic(self.path, {"schema": STATE_SCHEMA, "devices": {k: devices[k] for k in sorted(devices)}})
 
     @contextmanager
     def _locked(self):
