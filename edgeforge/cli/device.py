@@ -105,6 +105,13 @@ def _bench_fleet(args) -> int:
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2))
     else:
+        new = [j.path for r in outcome.runs for j in r.jobs]
+        pool = outcome.results + results_history(args, new)
+        for r in outcome.results:          # the INT8 verdicts first, one per model/target/device
+            if r["artifact"]["precision"] == "int8":
+                console().print(f"{r['artifact'].get('name') or 'model'}/{r['artifact']['target']} on "
+                                f"{r['device']['name']}: ", end="", markup=False)
+                print_int8_verdict(r, pool)
         print_fleet(outcome)
     results = outcome.results
     gate = gate_with_history(args, results, [j.path for r in outcome.runs for j in r.jobs])

@@ -36,6 +36,10 @@ def test_fleet_benches_every_build_on_every_matching_device(cli, make_fleet, bui
             assert r["lease"]["acquired_at"] and r["lease"]["released_at"]
     assert len(fleet_ids) == 1
     assert "4 of 4 device(s) ok" in out
+    # one INT8 verdict per model/target/device, against that device's fp32 run, before the table
+    flat = out.replace("\n", " ")
+    assert all(f"digits/linux-x86 on {name}: verdict: INT8" in flat for name in fleet.names), out
+    assert flat.index("verdict: INT8") < flat.index("4 of 4 device(s) ok")
     assert not (fleet.state_file.exists() and json.loads(fleet.state_file.read_text())["devices"]
                 and any(e.get("unhealthy") for e in json.loads(fleet.state_file.read_text())["devices"].values()))
     for name in fleet.names:
