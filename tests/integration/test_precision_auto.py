@@ -67,3 +67,14 @@ def test_auto_keeps_fp32_where_int8_is_slow(convnet, tmp_path):
     assert d.record["chosen"] == "fp32" and "no other precision" in d.record["reason"]
     assert d.build.manifest["precision"] == "fp32"
     assert (tmp_path / "b" / "decision.json").is_file()
+
+
+def test_auto_needs_a_device_where_the_host_cannot_time_the_artifact(digits_project, tmp_path):
+    """rpi4's Paddle Lite .nb (ARM): the host cannot run it, so build --precision auto builds
+    the target's default and says the decision needs a device."""
+    d = decide_on_host(digits_project, "rpi4", out=tmp_path / "b")
+    rec = d.record
+    assert rec["where"] is None and rec["candidates"] == []
+    assert rec["chosen"] == "int8" == d.build.manifest["precision"]
+    assert "the decision needs a device" in rec["reason"] and "run --precision auto" in rec["reason"]
+    assert json.loads((tmp_path / "b" / "decision.json").read_text())["chosen"] == "int8"
