@@ -357,7 +357,7 @@ class OnnxQuantizePass(Pass):
                 ab["speed"].append({"variant": "plain int8", "float_layers": len(self.config.keep_float),
                                     "p50_ms": round(p50(samples["plain int8"]), 4), "met": False})
             if best != "int8":
-                ab.update(keep_float=keep, final=m)
+                ab.update(keep_float=keep, final=m, final_drop=m["accuracy_drop"])
                 meta["keep_float"] = list(keep)
         meta["int8_vs_fp32"] = {"fp32_samples_ms": [round(x, 5) for x in samples["fp32"]],
                                 "int8_samples_ms": [round(x, 5) for x in samples[best]],
