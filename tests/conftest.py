@@ -36,3 +36,30 @@ def digits_project(tmp_path_factory) -> Path:
         subprocess.run([sys.executable, str(root / "train.py"), "--out", str(root)], check=True,
                        capture_output=True, text=True)
     return root
+
+
+# ---------------------------------------------------------------- machines without Paddle Lite
+# paddlelite's x86-64 wheels stop at cp310; a machine with no Python 3.10 at all (stock Debian 12,
+# Ubuntu 24.04) cannot have the Lite toolchain, and Lite targets then stop with exit 2 and one
+# line (tests/integration/test_toolchain.py pins that). There, a test that fails *because* that
+# line came up is reported as skipped, with the reason; with a toolchain (CI: pyenv's 3.10) it
+# fails as usual. Nothing else is ever turned into a skip.
+LITE_MISSING = "needs the Paddle Lite toolchain, which is not installed"
+
+
+def _lite_available() -> bool:
+    from edgeforge.toolchain import find_lite
+
+    return find_lite() is not None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed and call.excinfo is not None and LITE_MISSING in str(rep.longrepr) \
+            and not _lite_available():
+        rep.outcome = "skipped"
+        rep.longrepr = (str(item.path), item.location[1] or 0,
+                        "Skipped: no Paddle Lite toolchain here (it needs a Python 3.10: "
+                        "`edgeforge toolchain install lite --python PATH`)")
