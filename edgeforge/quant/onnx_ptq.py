@@ -252,13 +252,26 @@ def pre_process(src, dst) -> dict:
     "Incomplete symbolic shape inference"): retried with ``auto_merge`` (merge conflicting
     symbolic dims), then with the symbolic pass skipped (onnx's own shape inference only).
     Returns what ran, for the manifest: ``{"symbolic_shape": "ok"|"auto_merge"|"skipped", ...}``."""
+    import os
+    import tempfile
+
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     tries = [("ok", {}), ("auto_merge", {"auto_merge": True}), ("skipped", {"skip_symbolic_shape": True})]
     errors: list[str] = []
+    src, dst = os.path.abspath(src), os.path.abspath(dst)
     for mode, kwargs in tries:
         try:
-            quant_pre_process(str(src), str(dst), **kwargs)
+            # onnxruntime's symbolic pass saves "sym_shape_infer_temp.onnx" (+ external data) in the
+            # working directory when it gives up: run it where that lands in a throw-away folder,
+            # never in the user's directory
+            with tempfile.TemporaryDirectory(prefix="edgeforge-shape-") as scratch:
+                here = os.getcwd()
+                os.chdir(scratch)
+                try:
+                    quant_pre_process(src, dst, **kwargs)
+                finally:
+                    os.chdir(here)
         except Exception as exc:  # the next try, or raise the last
             errors.append(f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
             if mode == "skipped":

@@ -47,8 +47,12 @@ def _project(root: Path, up: str) -> Path:
     ('F.interpolate(d, scale_factor=2, mode="bilinear", align_corners=False)', "auto_merge"),
     ("self.up(d) * 0.5", "ok"),               # no Resize: the symbolic pass completes
 ], ids=["bilinear-resize", "no-resize"])
-def test_onnx_int8_survives_incomplete_symbolic_shapes(tmp_path, up, expected):
+def test_onnx_int8_survives_incomplete_symbolic_shapes(tmp_path, monkeypatch, up, expected):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)        # onnxruntime's failed symbolic pass writes its temp file here
     res = api.build(_project(tmp_path / "proj", up), "linux-x86", out=tmp_path / "out")
+    assert list(cwd.iterdir()) == []                          # nothing left in the user's directory
     pre = res.manifest["quantization"]["pre_process"]
     assert pre["symbolic_shape"] == expected, pre
     assert res.manifest["quantization"]["op_types"].startswith("onnxruntime default")   # no Softmax
