@@ -214,11 +214,11 @@ def print_int8_verdict(result: dict, pool: list[dict]) -> None:
 
     v, why = result_verdict(result, pool)
     if v is None:
-        console().print(f"verdict: none yet ({why})", style="yellow", markup=False)
+        console().print(f"verdict: none yet ({why})", style="yellow", markup=False, soft_wrap=False)
     else:
         auto = "; --precision auto picks fp32" if v.ship == "fp32" else ""
         console().print(f"verdict: {v.line}{auto}", style="green" if v.ship == "int8" else "yellow",
-                        markup=False)
+                        markup=False, soft_wrap=False)          # wrapped at the terminal's width
 
 
 def print_bench_result(result: dict, path) -> None:

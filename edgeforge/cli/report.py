@@ -115,7 +115,7 @@ def cmd_report(args) -> int:
     for p in s["int8_vs_float"]:
         what = (f"{fmt.ratio(p['speedup'])} vs fp32 {p['float']['id']}, {verdict_cell(p)}" if p["float"]
                 else p["note"])
-        con.print(f"int8 {p['int8']['id']}: {what}", markup=False)
+        con.print(f"int8 {p['int8']['id']}: {what}", markup=False, soft_wrap=False)   # wrapped at the width
     for key in ("markdown", "html", "summary_json"):
         con.print(f"wrote {out[key]}", markup=False)
     return ExitCode.OK
