@@ -18,11 +18,12 @@ EXAMPLE = REPO / "examples" / "digits"
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
     """Every test session gets its own build cache unless EDGEFORGE_CACHE is set by the caller."""
-    if "EDGEFORGE_CACHE" not in os.environ:
-        from edgeforge.toolchain import toolchains_dir
+    from edgeforge.toolchain import toolchains_dir
 
-        # the Paddle Lite toolchain stays where it is installed (under the user's cache)
-        os.environ.setdefault("EDGEFORGE_TOOLCHAINS", str(toolchains_dir()))
+    # the Paddle Lite toolchain stays where it is installed (under the user's, or CI's, cache),
+    # also for the tests that point a child's EDGEFORGE_CACHE elsewhere (the zoo's CLI cells)
+    os.environ.setdefault("EDGEFORGE_TOOLCHAINS", str(toolchains_dir()))
+    if "EDGEFORGE_CACHE" not in os.environ:
         os.environ["EDGEFORGE_CACHE"] = str(tmp_path_factory.mktemp("edgeforge-cache"))
     yield
 
