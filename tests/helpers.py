@@ -65,3 +65,18 @@ def readonly_tmpfs(d: Path, keep: dict[str, str] | None = None):
         finally:
             subprocess.run(["umount", str(d)], check=False)
     return mounted()
+
+
+def where_installed(python: Path, tmp_path: Path, columns: str) -> tuple[dict, Path, str, str]:
+    """Run an installed edgeforge from outside the source tree, with no EDGEFORGE_* settings and a
+    fresh cache: (env, work dir, edgeforge package file, targets dir) as that interpreter sees them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEFORGE_", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env.update(EDGEFORGE_CACHE=str(tmp_path / "cache"), COLUMNS=columns)
+    work = tmp_path / "work"
+    work.mkdir()
+    where = subprocess.run([str(python), "-c", "import edgeforge, edgeforge.targets as t; "
+                            "print(edgeforge.__file__); print(t.targets_dir())"],
+                           cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr
+    pkg, targets = where.stdout.split()
+    return env, work, pkg, targets

@@ -87,6 +87,11 @@ def _bench_one(args) -> int:
     with step_progress(args.quiet) as on_step:
         opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile)
         outcome = bench(args.build_dir[0], args.device, opts, on_step=on_step)
+    return _report_one(args, outcome)
+
+
+def _report_one(args, outcome) -> int:
+    """One bench's output (JSON, or the verdict then the result) and its gates: bench and run."""
     if args.json:
         print(json.dumps(outcome.result, indent=2))
     else:
@@ -150,12 +155,7 @@ def cmd_run(args) -> int:
                          hint="not benching it")
     with step_progress(args.quiet) as on_step:
         outcome = bench(result.out_dir, args.device, bench_options(args), on_step=on_step)
-    if args.json:
-        print(json.dumps(outcome.result, indent=2))
-    else:
-        print_int8_verdict(outcome.result, results_history(args, [outcome.path]))
-        print_bench_result(outcome.result, outcome.path)
-    return gate_with_history(args, [outcome.result], [outcome.path])
+    return _report_one(args, outcome)
 
 
 def _run_auto(args) -> int:

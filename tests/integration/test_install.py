@@ -7,12 +7,12 @@ it with ``pytest -m slow tests/integration/test_install.py``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import where_installed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,15 +37,8 @@ def test_wheel_installs_and_builds_for_jetson_orin(tmp_path, digits_project):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
     # run from elsewhere, with no source tree and no Lite toolchain in reach
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEFORGE_", "PYTHONPATH", "VIRTUAL_ENV"))}
-    env.update(EDGEFORGE_CACHE=str(tmp_path / "cache"), COLUMNS="80")
-    work = tmp_path / "work"
-    work.mkdir()
-    where = _run([py, "-c", "import edgeforge, edgeforge.targets as t; print(edgeforge.__file__); "
-                  "print(t.targets_dir())"], cwd=work, env=env, timeout=120)
-    assert where.returncode == 0, where.stderr
-    pkg, targets = where.stdout.split()
-    assert pkg.startswith(str(venv)) and targets.startswith(str(venv)), where.stdout
+    env, work, pkg, targets = where_installed(py, tmp_path, "80")
+    assert pkg.startswith(str(venv)) and targets.startswith(str(venv)), (pkg, targets)
 
     doc = _run([ef, "doctor", "--target", "jetson-orin"], cwd=work, env=env, timeout=300)
     assert doc.returncode == 0, doc.stdout + doc.stderr

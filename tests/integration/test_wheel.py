@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers import where_installed
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("edgeforge", "targets", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
@@ -51,15 +51,8 @@ def test_wheel_ships_the_targets(tmp_path):
     r = _run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", wheel], timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEFORGE_", "PYTHONPATH", "VIRTUAL_ENV"))}
-    env.update(EDGEFORGE_CACHE=str(tmp_path / "cache"), COLUMNS="200")
-    work = tmp_path / "work"
-    work.mkdir()
-    where = _run([py, "-c", "import edgeforge, edgeforge.targets as t; print(edgeforge.__file__); "
-                  "print(t.targets_dir())"], cwd=work, env=env, timeout=120)
-    assert where.returncode == 0, where.stderr
-    pkg, targets = where.stdout.split()
-    assert pkg.startswith(str(site)) and targets == str(site / "edgeforge" / "targets_data"), where.stdout
+    env, work, pkg, targets = where_installed(py, tmp_path, "200")
+    assert pkg.startswith(str(site)) and targets == str(site / "edgeforge" / "targets_data"), (pkg, targets)
 
     listed = _run([venv / "bin" / "edgeforge", "targets"], cwd=work, env=env, timeout=120)
     assert listed.returncode == 0, listed.stdout + listed.stderr
