@@ -6,7 +6,8 @@ edgeforge would print for each INT8 row.
 Models: the digits example (trained on sklearn's digits, labelled evaluation set), MobileNetV2
 and ResNet18 from paddle.vision (random He-normal weights with BatchNorm statistics from real
 crops; calibrated on 32 crops of sklearn's sample photos, evaluated on 64 other crops).
-edgeforge INT8 is the default linux-x86 build (accuracy budget on); quantize_static is
+edgeforge INT8 is the default linux-x86 build (accuracy budget on); when the budget keeps
+layers in float, plain KL INT8 (--no-fallback, like for like) is timed in the same run; quantize_static is
 onnxruntime's own (quant_pre_process, QDQ, per-channel, u8 activations, s8 weights, MinMax) on
 edgeforge's float ONNX with the same calibration samples.
 
@@ -32,6 +33,7 @@ from common import agreement, onnx_outputs, vision_project
 
 REPO = Path(__file__).resolve().parents[1]
 THREADS = 2
+PLAIN = "edgeforge INT8 (--no-fallback)"
 
 
 def digits_project(work: Path) -> Path:
@@ -78,8 +80,15 @@ def bench_model(name: str, project: Path, work: Path, runs: int, batch_size: int
     fp32 = api.build(project, "linux-x86", precision="fp32", out=work / f"{name}-fp32", **kw)
     # budget=False: plain KL INT8, no layer kept in float (--no-fallback), like for like with quantize_static
     ef = api.build(project, "linux-x86", out=work / f"{name}-int8", float_fallback=budget, **kw)
-    models = {"fp32": fp32.out_dir / "model.onnx", "edgeforge INT8": ef.out_dir / "model.onnx",
-              "quantize_static": ort_quantize_static(fp32.out_dir / "model.onnx", batches, work)}
+    builds = {"edgeforge INT8": ef}
+    models = {"fp32": fp32.out_dir / "model.onnx", "edgeforge INT8": ef.out_dir / "model.onnx"}
+    if budget and ef.manifest.get("keep_float"):
+        # the budget kept layers in float: time plain KL too, in the same run, like for like
+        plain = api.build(project, "linux-x86", out=work / f"{name}-int8-plain", float_fallback=False,
+                          **kw)
+        builds[PLAIN] = plain
+        models[PLAIN] = plain.out_dir / "model.onnx"
+    models["quantize_static"] = ort_quantize_static(fp32.out_dir / "model.onnx", batches, work)
     samples = interleaved(models, feeds, runs=runs, warmups=20, threads=THREADS)
     ref = onnx_outputs(models["fp32"], feeds)
     rows = []
@@ -96,15 +105,16 @@ def bench_model(name: str, project: Path, work: Path, runs: int, batch_size: int
             # is this row's INT8 faster or slower than quantize_static's, or within noise?
             row["vs_static_compare"] = compare_samples(samples["quantize_static"], samples[method]).verdict
             # the target's budget: 1 point with labels, else cosine 0.99 (here: the mean cosine)
-            within = (ef.manifest["verify"]["status"] == "passed" if method == "edgeforge INT8"
+            b = builds.get(method)
+            within = (b.manifest["verify"]["status"] == "passed" if b is not None
                       else (drop <= 1.0 if drop is not None else cos >= 0.99))
             row["verdict"] = int8_verdict(c, accuracy_drop=drop, cosine=None if labels is not None else cos,
                                           within_budget=within, where="on this host").line
-            if method == "edgeforge INT8":
-                row["kept_in_float"] = len(ef.manifest.get("keep_float") or [])
-                row["budget"] = "met" if ef.manifest["verify"]["status"] == "passed" else "missed"
+            if b is not None:
+                row["kept_in_float"] = len(b.manifest.get("keep_float") or [])
+                row["budget"] = "met" if b.manifest["verify"]["status"] == "passed" else "missed"
                 if not budget:
-                    row["method"] = "edgeforge INT8 (--no-fallback)"
+                    row["method"] = PLAIN
         rows.append(row)
     return rows
 

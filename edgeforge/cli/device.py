@@ -38,7 +38,8 @@ def register(sub) -> None:
     b.add_argument("--threads", type=positive_int, metavar="N", help="runtime threads (default: the build's target)")
     b.add_argument("--power-mode", metavar="MODE", help="runtime power mode (default: the build's target)")
     b.add_argument("--profile", action="store_true",
-                   help="also record a per-op profile on the device (onnxruntime's node profiler): "
+                   help="also record a per-op profile on the device (onnxruntime's node profiler, or "
+                        "Paddle Lite's through a benchmark_bin built with --with_profile=ON): "
                         "per node and per op type in the result; see `edgeforge profile`")
     add_bench_flags(b, device=False)
     b.set_defaults(func=cmd_bench)

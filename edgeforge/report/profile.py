@@ -9,7 +9,8 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .pairing import label
 
-QDQ_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+# onnxruntime's quantize/dequantize nodes, and Paddle Lite's precision casts (int8 <-> float)
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "calib", "calib_once")
 
 
 def profile_of(r: dict, who: str = "result") -> dict:

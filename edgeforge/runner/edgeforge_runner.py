@@ -710,10 +710,10 @@ def parse_benchmark_bin(text):
     return out
 
 
-def benchmark_bin_measure(path, model, feeds, spec, warmups, runs, workdir):
-    """Time with Paddle Lite's C++ benchmark_bin: one process per sample (``--repeats=1`` after
-    ``--warmup`` runs), so every sample is one warm run; init time is never in a sample."""
-    import subprocess
+def benchmark_bin_command(path, model, feeds, spec, warmups, repeats, workdir):
+    """benchmark_bin's command line for ``feeds`` (written as text files, one per input), and a
+    callable that removes those files."""
+    import shutil
     import tempfile
 
     rt = spec.get("runtime", {})
@@ -726,11 +726,20 @@ def benchmark_bin_measure(path, model, feeds, spec, warmups, runs, workdir):
         paths.append(p)
     shapes = ":".join(",".join(str(d) for d in feeds[n].shape) for n in names)
     backend = "arm" if "arm" in (rt.get("valid_targets") or ["arm"]) else (rt.get("valid_targets") or ["x86"])[0]
-    warm = BENCHMARK_BIN_WARMUPS if warmups == "auto" else int(warmups)
     cmd = [path, "--optimized_model_file=" + model, "--input_shape=" + shapes,
            "--input_data_path=" + ":".join(paths), "--threads=%d" % int(rt.get("threads") or 1),
            "--power_mode=%d" % _POWER_MODES.get(rt.get("power_mode") or "LITE_POWER_NO_BIND", 3),
-           "--backend=" + backend, "--warmup=%d" % warm, "--repeats=1"]
+           "--backend=" + backend, "--warmup=%d" % int(warmups), "--repeats=%d" % int(repeats)]
+    return cmd, lambda: shutil.rmtree(tmp, ignore_errors=True)
+
+
+def benchmark_bin_measure(path, model, feeds, spec, warmups, runs, workdir):
+    """Time with Paddle Lite's C++ benchmark_bin: one process per sample (``--repeats=1`` after
+    ``--warmup`` runs), so every sample is one warm run; init time is never in a sample."""
+    import subprocess
+
+    warm = BENCHMARK_BIN_WARMUPS if warmups == "auto" else int(warmups)
+    cmd, cleanup = benchmark_bin_command(path, model, feeds, spec, warm, 1, workdir)
     samples, version, first = [], None, None
     try:
         for _ in range(int(runs)):
@@ -743,15 +752,7 @@ def benchmark_bin_measure(path, model, feeds, spec, warmups, runs, workdir):
             version = figures.get("version", version)
             first = figures.get("first_ms", first)
     finally:
-        for p in paths:
-            try:
-                os.remove(p)
-            except OSError:
-                pass
-        try:
-            os.rmdir(tmp)
-        except OSError:
-            pass
+        cleanup()
     return {"warmups": warm, "warmup_stable": None, "warmup_ms": [], "samples_ms": samples,
             "runtime": {"name": "paddlelite-benchmark_bin", "version": version or "unknown", "path": path}}
 
@@ -901,6 +902,12 @@ def aggregate_profile(events):
         node["us"].append(float(ev.get("dur") or 0.0))
     rows = [{"node": n, "op": v["op"], "provider": v["provider"], "ms": _median(v["us"]) / 1e3,
              "runs": len(v["us"])} for n, v in nodes.items()]
+    return _profile_rows(rows)
+
+
+def _profile_rows(rows):
+    """{"by_op", "by_node", "total_ms", "nodes"} from per-node rows {"node", "op", "ms", ...}: per
+    op type the sum over its nodes; shares of the total."""
     total = sum(r["ms"] for r in rows) or 1e-9
     ops = {}
     for r in rows:
@@ -915,11 +922,78 @@ def aggregate_profile(events):
     return {"total_ms": round(total, 5), "by_op": by_op, "by_node": by_node, "nodes": len(rows)}
 
 
+# Paddle Lite's profiler (a build with --with_profile=ON) logs, when the predictor goes away,
+# "===== Detailed Dispatch Profiler Summary: <name>, Exclude 1 first-epoch =====", a header and
+# one row per kernel instance in program order (lite/core/profile/profiler.cc, v2.13-rc):
+# OperatorType KerneAttr(Place) KernelFuncName Remark InDim FilterDim OutDim, then Avg(ms)
+# Min(ms) Max(ms) Cur(ms) Per(%) MFLOPs GOPS. The text columns are padded but may be empty, so a
+# row is read from the right: seven figures, then the op type first and the place second.
+LITE_PROFILE_TITLE = "Detailed Dispatch Profiler Summary"
+LITE_PROFILE_FIGURES = 7
+
+
+def parse_lite_profile(text):
+    """Per-kernel rows of Paddle Lite's detailed dispatch summary (the last one in ``text``), or
+    None when there is none: [{"node", "op", "place", "kernel", "ms", "min_ms", "max_ms"}]."""
+    lines = text.splitlines()
+    starts = [i for i, ln in enumerate(lines) if LITE_PROFILE_TITLE in ln]
+    if not starts:
+        return None
+    rows = []
+    for ln in lines[starts[-1] + 1:]:
+        tokens = ln.split()
+        if not tokens or tokens[0] == "OperatorType":
+            if rows:
+                break
+            continue
+        if ln.startswith(("[", "=====")) or len(tokens) < LITE_PROFILE_FIGURES + 2:
+            break
+        try:
+            avg, mn, mx = (float(t) for t in tokens[-LITE_PROFILE_FIGURES:][:3])
+            float(tokens[-LITE_PROFILE_FIGURES + 4].rstrip("%"))
+        except ValueError:
+            break
+        text_cols = tokens[:-LITE_PROFILE_FIGURES]
+        rows.append({"node": "%s#%d" % (text_cols[0], len(rows)), "op": text_cols[0], "place": text_cols[1],
+                     "kernel": " ".join(text_cols[2:]), "ms": avg, "min_ms": mn, "max_ms": mx})
+    return rows
+
+
+def benchmark_bin_profile(path, model, feeds, spec, runs=PROFILE_RUNS):
+    """Paddle Lite's op-time profile from benchmark_bin (one process, ``runs`` repeats after the
+    warm-ups), or why there is none: a benchmark_bin built without --with_profile=ON prints
+    none."""
+    import subprocess
+
+    cmd, cleanup = benchmark_bin_command(path, model, feeds, spec, BENCHMARK_BIN_WARMUPS, runs,
+                                         os.path.dirname(model))
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    finally:
+        cleanup()
+    rows = parse_lite_profile(proc.stdout)
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stdout.strip().splitlines()[-2:])
+        return {"skipped": "benchmark_bin exited %d in the profiling run: %s" % (proc.returncode, tail)}
+    if not rows:
+        return {"skipped": "%s printed no op-time profile: it was built without Paddle Lite's "
+                           "--with_profile=ON; rebuild it with that option for per-op times" % path}
+    out = _profile_rows(rows)
+    out.update(runs=int(runs), threads=(spec.get("runtime") or {}).get("threads"),
+               method="Paddle Lite profiler (benchmark_bin, --with_profile=ON), batch 1; per kernel "
+                      "its average dispatch time over the runs after the first")
+    return out
+
+
 def op_profile(spec, model, feeds, threads, runs=PROFILE_RUNS):
-    """The artifact's per-op profile on this device (onnxruntime), or why there is none."""
-    if _needed_runtime(spec) != "onnxruntime":
-        return {"skipped": "per-op profiles come from onnxruntime's profiler; this build runs on %s"
-                % _needed_runtime(spec)}
+    """The artifact's per-op profile on this device (onnxruntime's profiler, or Paddle Lite's
+    through benchmark_bin), or why there is none."""
+    needed = _needed_runtime(spec)
+    if needed == "benchmark_bin":
+        return benchmark_bin_profile(spec["benchmark_bin"], model, feeds, spec, runs)
+    if needed != "onnxruntime":
+        return {"skipped": "the paddlelite Python API has no op profiler; for per-op times name a "
+                           "benchmark_bin built with --with_profile=ON in the device's entry"}
     import shutil
     import tempfile
 

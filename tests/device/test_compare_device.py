@@ -10,10 +10,13 @@ the default 1% flagged 2 of 6 such pairs as "2% slower" under that load). The sl
 is ~2.6x slower and is checked at the default threshold.
 
 The timings are sub-0.1 ms, so a neighbour starting up between two back-to-back benches can still
-shift one of them by tens of percent (measured once in a fresh-clone CI run: 0.094 vs 0.059 ms,
-the first test of the run). The test therefore benches once to warm the device (discarded), and
-if the same-artifact pair still differs it measures the pair once more: a compare that wrongly
-calls one artifact "slower" than itself fails both times; a one-off load shift does not."""
+shift one of them by tens of percent (measured in fresh-clone CI runs: 0.094 vs 0.059 ms, the
+first test of the run; later "29.8% faster" in both of two pairs while other jobs loaded the
+machine). The test therefore benches once to warm the device (discarded), times 1000 runs per
+bench (a window of ~0.1 s instead of ~20 ms, so one preemption cannot move the median), and if
+the same-artifact pair still differs it measures a fresh pair, up to three pairs: a compare that
+wrongly calls one artifact "slower" than itself fails all three; a load shift that hits one bench
+of a pair does not recur three times in a row. The slower-artifact checks are not retried."""
 from __future__ import annotations
 
 import json
@@ -22,7 +25,8 @@ import pytest
 
 pytestmark = pytest.mark.device
 
-RUNS = "300"
+RUNS = "1000"
+PAIRS = 3
 
 
 def _bench(cli, lab, inv, build) -> str:
@@ -47,18 +51,19 @@ def _verdict(cli, a, b, *extra) -> tuple[str, dict]:
 def test_compare_same_artifact_is_not_significant_and_a_slower_one_is_detected(cli, lab, builds, slow_build):
     inv = lab.inventory()
     _bench(cli, lab, inv, builds.onnx)  # warm-up: first upload, page cache, runtime start
-    a1 = _bench(cli, lab, inv, builds.onnx)
-    a2 = _bench(cli, lab, inv, builds.onnx)
-    same_line, same = _verdict(cli, a1, a2, "--min-change", "5")
-    if same["verdict"] != "not significant":
-        print(f"\nsame artifact, first pair (re-measured once): {same_line}")
+    attempts = []
+    for _ in range(PAIRS):
         a1 = _bench(cli, lab, inv, builds.onnx)
         a2 = _bench(cli, lab, inv, builds.onnx)
         same_line, same = _verdict(cli, a1, a2, "--min-change", "5")
+        attempts.append(same_line)
+        if same["verdict"] == "not significant":
+            break
+        print(f"\nsame artifact, pair {len(attempts)} (measured again): {same_line}")
     slow = _bench(cli, lab, inv, slow_build)
 
-    assert same_line.startswith("not significant: B vs A"), same_line
-    assert same["verdict"] == "not significant" and same["n_a"] == same["n_b"] == 300
+    assert same_line.startswith("not significant: B vs A"), attempts
+    assert same["verdict"] == "not significant" and same["n_a"] == same["n_b"] == int(RUNS)
 
     slow_line, slower = _verdict(cli, a1, slow)
     assert slower["verdict"] == "slower", slow_line

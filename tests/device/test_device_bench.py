@@ -115,21 +115,14 @@ def test_lite_fp32_bench(cli, lab, builds):
 def test_bench_with_benchmark_bin(cli, lab, builds):
     """A device entry naming benchmark_bin times with it (one warm run per process). The binary
     here is a stand-in that prints benchmark_bin's Perf Info block; the flags it gets are checked."""
+    from lite_profile_text import perf_info
+
     log = lab.root / "bb-args.txt"
     stub = lab.script("benchmark_bin", f"""#!/bin/sh
 if [ "$1" = "--version" ]; then echo "benchmark_bin version: v2.13-stub"; exit 0; fi
 echo "$@" >> {log}
 cat <<EOF
-======= Runtime Info =======
-benchmark_bin version: v2.13-stub
-======= Perf Info =======
-Time(unit: ms):
-init  = 12.000
-first = 3.000
-min   = 1.250
-max   = 1.250
-avg   = 1.250
-EOF
+{perf_info(1.25)}EOF
 """)
     inv = lab.inventory(benchmark_bin=str(stub))
     code, out, err = _bench(cli, lab, builds.lite, "--runs", "4", inventory=inv)

@@ -39,3 +39,50 @@ def test_profile_of_an_int8_build_names_its_top_ops(cli, lab, builds, fp32_build
     code, out, err = cli("profile", fp32_path, int8_path)
     assert code == 0, err
     assert "Conv" in out and "A/B" in out and "quantize/dequantize: A 0.0%" in out
+
+
+def _benchmark_bin(lab, profile_log: str | None):
+    """A stand-in for Paddle Lite's benchmark_bin (no ARM board or Lite C++ build here): it prints
+    the Perf Info block, and when ``profile_log`` is given and it runs more than one repeat, the
+    profiler's log as a --with_profile=ON build writes it on stderr (lite_profile_text)."""
+    from lite_profile_text import perf_info
+
+    perf = lab.root / "perf.txt"
+    perf.write_text(perf_info(1.0))
+    prof = lab.root / "profile.txt"
+    if profile_log is not None:
+        prof.write_text(profile_log)
+    return lab.script("benchmark_bin", f"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "benchmark_bin version: v2.13-stub"; exit 0; fi
+cat {perf}
+case "$*" in *--repeats=1\\ *|*--repeats=1) exit 0;; esac
+[ -f {prof} ] && cat {prof} >&2
+exit 0
+""")
+
+
+def test_lite_profile_through_benchmark_bin(cli, lab, builds):
+    from lite_profile_text import KERNELS, lite_log
+
+    inv = lab.inventory(benchmark_bin=str(_benchmark_bin(lab, lite_log())))
+    code, _, err = cli("bench", builds.lite, "--device", "local", "--inventory", inv, "--results", lab.results,
+                       "--runs", "3", "--profile", "-q")
+    assert code == 0, err
+    [path] = lab.result_files()
+    prof = read_result(path)["profile"]
+    assert prof["by_op"][0]["op"] == "conv2d" and prof["nodes"] == len(KERNELS)
+    assert prof["method"].startswith("Paddle Lite profiler") and prof["runs"] == 30
+    code, out, err = cli("profile", path)
+    assert code == 0, err
+    assert "conv2d" in out and "quantize/dequantize: 3.0%" in out
+
+
+def test_a_benchmark_bin_without_the_profiler_says_how_to_get_one(cli, lab, builds):
+    inv = lab.inventory(benchmark_bin=str(_benchmark_bin(lab, None)))
+    code, _, err = cli("bench", builds.lite, "--device", "local", "--inventory", inv, "--results", lab.results,
+                       "--runs", "2", "--profile", "-q")
+    assert code == 0, err
+    [path] = lab.result_files()
+    assert "--with_profile=ON" in read_result(path)["profile"]["skipped"]
+    code, _, err = cli("profile", path)
+    assert code == 2 and "--with_profile=ON" in err and len(err.strip().splitlines()) == 1
