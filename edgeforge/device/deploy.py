@@ -53,6 +53,7 @@ from .releases import (
     run_smoke,
     Releases,
     check_id,
+    NAME_HINT_DEPLOY,
     check_name,
     new_release_id,
     operator,
@@ -325,9 +326,9 @@ def deploy(build_dir, devices: str, opts: BenchOptions | None = None, spec: Depl
     on_step = on_step or (lambda d, s, m: None)
     gates = {k: v for k, v in (spec.gates or {}).items() if v is not None}
     if name is not None:
-        check_name(name)
+        check_name(name, NAME_HINT_DEPLOY)
     manifest = read_manifest(build_dir)
-    name = check_name(name or manifest.get("name") or "model")
+    name = check_name(name or manifest.get("name") or "model", NAME_HINT_DEPLOY)
     if keep < 1:
         raise ConfigError("--keep must be >= 1")
     inv, runs = plan([build_dir], devices, opts.inventory)

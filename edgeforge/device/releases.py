@@ -233,13 +233,16 @@ say("error", kind="usage", message="unknown op %r" % op)
 '''
 
 
-def check_name(name: str) -> str:
+NAME_HINT_DEPLOY = "pass --as NAME"
+NAME_HINT_EXISTING = "give the NAME it was deployed as (`edgeforge deploy ... --as NAME`)"
+
+
+def check_name(name: str, hint: str = NAME_HINT_EXISTING) -> str:
     """A release name: letters, digits, ``_ . -``, not starting with ``.`` or ``-`` (so never
-    ``..``, a ``/`` or a shell character). Exit 2 otherwise."""
+    ``..``, a ``/`` or a shell character). Exit 2 otherwise; ``hint``: what the caller can do."""
     if not isinstance(name, str) or not NAME_RE.match(name) or ".." in name:
         raise ConfigError(f"release name {name!r} is not allowed: use letters, digits, '_', '.' and '-' "
-                          "(64 at most, starting with a letter or digit, no '..')",
-                          hint="pass --as NAME")
+                          "(64 at most, starting with a letter or digit, no '..')", hint=hint)
     return name
 
 

@@ -187,8 +187,9 @@ def test_health_check_failure_switches_back(cli, lab, versions):
 def test_bad_release_names_are_refused(cli, lab, versions, name):
     inv = lab.inventory()
     code, _, err = _deploy(cli, versions["v1"], inv, f"--as={name}")
-    assert code == 2 and "is not allowed" in err, err
-    assert cli("rollback", "--device", "local", "--inventory", inv, "--", name)[0] == 2
+    assert code == 2 and "is not allowed" in err and "--as NAME" in err, err
+    code, _, err = cli("rollback", "--device", "local", "--inventory", inv, "--", name)
+    assert code == 2 and "it was deployed as" in err and "pass --as" not in err, err
     assert cli("releases", "--device", "local", "--inventory", inv, "--", name)[0] == 2
     assert cli("rollback", NAME, "--device", "local", "--inventory", inv, f"--to={name}")[0] == 2
     assert not lab.workdir.exists()
