@@ -76,6 +76,8 @@ def register(sub) -> None:
     _selection(r)
     r.add_argument("--to", metavar="ID", help="the release to switch to (default: the one before current)")
     r.add_argument("--reason", metavar="TEXT", help="recorded in history.jsonl")
+    r.add_argument("--results", metavar="DIR",
+                   help="where the rollback record goes (default: $EDGEFORGE_RESULTS or ./results)")
     _link_flags(r)
     r.set_defaults(func=cmd_rollback)
 
@@ -121,6 +123,7 @@ def cmd_deploy(args) -> int:
 
     check_gate_flags(args)
     selector = _selector(args)
+    results_dir = _results_dir(args)
     gates = {k: getattr(args, k, None) for k in _GATE_FLAGS if getattr(args, k, None) is not None}
     if gates and args.force:
         gates["force"] = True
@@ -135,23 +138,40 @@ def cmd_deploy(args) -> int:
         from ..report.junit import write_junit
 
         write_junit([GateResult(**g) for e in record.devices for g in e.gates], Path(args.junit))
-    return _finish(args, record)
+    return _finish(args, record, results_dir)
 
 
 def cmd_rollback(args) -> int:
     from ..device.deploy import rollback
 
     selector = _selector(args)
+    results_dir = _results_dir(args)
     with fleet_progress(args.quiet) as on_step:
         record = rollback(args.name, selector, _link_options(args), to=args.to, reason=args.reason, on_step=on_step)
-    return _finish(args, record)
+    return _finish(args, record, results_dir)
 
 
-def _finish(args, record) -> int:
+def _results_dir(args):
+    """Where the deploy record goes (--results, $EDGEFORGE_RESULTS, results/), checked before
+    anything runs on a device."""
+    from ..device.settings import check_results_dir, results_dir_of
+    from ..options import BenchOptions
+
+    d = results_dir_of(BenchOptions.of(results_dir=args.results))
+    check_results_dir(d, create=False)
+    return d
+
+
+def _finish(args, record, results_dir) -> int:
+    from ..results.deploy import write_record
+
+    path = write_record(results_dir, record)
     if args.json:
         print(json.dumps(record.to_json(), indent=2))
     else:
         print_record(record)
+        if not args.quiet:
+            console().print(f"record: {path}", markup=False, soft_wrap=True)
     failed = [e for e in record.devices if e.exit_code]
     if len(record.devices) == 1 and failed:
         e = failed[0]

@@ -177,13 +177,21 @@ def results_dir_of(opts: BenchOptions) -> Path:
     return Path(opts.results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
 
 
-def check_results_dir(path: Path) -> None:
+def check_results_dir(path: Path, create: bool = True) -> None:
     """Before anything is measured: the results directory exists or can be made, and a file can
     be written in it (a read-only filesystem or permissions would lose the measurement at the
-    end). Else ConfigError (exit 2) naming it. Leaves no file behind."""
+    end). Else ConfigError (exit 2) naming it. Leaves no file behind; ``create=False`` leaves no
+    directory behind either (a missing one is judged by its nearest existing parent)."""
     import tempfile
 
     path = Path(path)
+    if not create and not path.exists():
+        parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
+        if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+            raise ConfigError(f"results directory {path} cannot be made: {parent} is not writable",
+                              hint="point --results (or $EDGEFORGE_RESULTS) at a directory you can "
+                                   "write; nothing was changed")
+        return
     try:
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".edgeforge-probe-", dir=path)

@@ -14,7 +14,8 @@ from ..errors import ConfigError, ResultError
 from ..results.schema import SCHEMA, BenchResult, read_json
 
 # Our own other documents: skipped when met while scanning a directory, refused when named.
-_OTHER_EDGEFORGE_SCHEMAS = ("edgeforge.report/", "edgeforge.build/", "edgeforge.load/")  # see loadcurve
+_OTHER_EDGEFORGE_SCHEMAS = ("edgeforge.report/", "edgeforge.build/", "edgeforge.load/",
+                           "edgeforge.deploy/")  # see loadcurve
 
 
 def validate_result(obj, source: str = "result") -> dict:

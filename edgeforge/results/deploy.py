@@ -1,12 +1,14 @@
 """The deploy record: what a deploy or rollback did on each device, ``edgeforge.deploy/1``.
 
-One :class:`DeployRecord` per invocation (``edgeforge deploy/rollback --json`` prints it): the
+One :class:`DeployRecord` per invocation (``edgeforge deploy/rollback`` write it into the results
+directory, ``--json`` prints it): the
 action, the release name, the build, the canary count and gates, and one :class:`DeviceEntry`
 per selected device, its failure as a value (status, error, hint, exit code), as a fleet bench
 records them. A record of another schema version is refused when read.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -94,3 +96,17 @@ def parse_record(data: Any, source: str = "deploy record") -> DeployRecord:
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ResultError(f"{source}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def record_filename(record: DeployRecord) -> str:
+    """``<id>-<name>.json``: the id starts with the action and the UTC time (``deploy-20261201T...``)."""
+    from .schema import _slug
+
+    return f"{_slug(record.id)}-{_slug(record.name)}.json"
+
+
+def write_record(results_dir, record: DeployRecord) -> Path:
+    """Write ``record`` under ``results_dir`` atomically; an earlier file is never replaced."""
+    from .schema import write_document
+
+    return write_document(results_dir, record_filename(record), record.to_json())

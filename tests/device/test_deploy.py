@@ -88,6 +88,13 @@ def releases_on_disk(workdir) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
+@pytest.fixture(autouse=True)
+def _results(tmp_path, monkeypatch):
+    """Deploy and rollback records go to a directory of the test's own."""
+    monkeypatch.setenv("EDGEFORGE_RESULTS", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
 def _deploy(cli, build, inv, *extra, device="local"):
     return cli("deploy", build, "--device", device, "--inventory", inv, "-q", *extra)
 
@@ -99,7 +106,7 @@ def _releases_json(cli, inv, device="local"):
 
 # ---------------------------------------------------------------- the main path
 
-def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions):
+def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions, _results):
     inv = lab.inventory()
     code, _, err = _deploy(cli, versions["v1"], inv)
     assert code == 0, err
@@ -128,6 +135,10 @@ def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions):
     code, out, err = cli("rollback", NAME, "--device", "local", "--inventory", inv, "-q", "--json")
     assert code == 0, err
     assert json.loads(out)["devices"][0]["status"] == "rolled back"
+    # every deploy and rollback left its record in the results directory, as printed
+    records = [json.loads(p.read_text()) for p in _results.glob("*.json")]
+    assert sorted(r["action"] for r in records) == ["deploy", "deploy", "rollback"], records
+    assert record in records and json.loads(out) in records
     assert current_id(lab.workdir) == v1 and current_digest(lab.workdir) == digest(versions["v1"])
 
     code, st, err = _releases_json(cli, inv)
@@ -182,6 +193,14 @@ def test_health_check_failure_switches_back(cli, lab, versions):
 
 
 # ---------------------------------------------------------------- bad input, bad state
+
+def test_an_unwritable_results_directory_is_refused_before_the_device_is_touched(cli, lab, versions, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    code, _, err = _deploy(cli, versions["v1"], lab.inventory(), "--results", blocker / "results")
+    assert code == 2 and "results directory" in err and "a-file" in err, err
+    assert not lab.workdir.exists() and blocker.read_text() == "not a directory"
+
 
 @pytest.mark.parametrize("name", ["a/b", "..", "../x", "x;rm -rf ~", "a b", "$(id)", ".hidden", "-x"])
 def test_bad_release_names_are_refused(cli, lab, versions, name):

@@ -19,6 +19,11 @@ from test_deploy import _versions  # noqa: F401  (the session fixture "versions"
 pytestmark = pytest.mark.device
 
 
+@pytest.fixture(autouse=True)
+def _results(tmp_path, monkeypatch):
+    """Deploy records go to a directory of the test's own."""
+    monkeypatch.setenv("EDGEFORGE_RESULTS", str(tmp_path / "results"))
+
 def _smoke_runners(marker: str) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
