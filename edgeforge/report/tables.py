@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import fmt
+from .verdict import why_not_significant
 
 METHOD = (
     "Latency numbers (p50, p90, p99, mean, MAD) are the bench's summary of the raw samples of one run. "
@@ -141,7 +142,7 @@ def verdict_cell(pair: dict) -> str:
     if not c:
         return "not compared" if pair.get("float") else "no fp32 run"
     if not c["significant"]:
-        return f"not significant (p={c['p_value']:.2g})"
+        return f"not significant ({why_not_significant(c)})"
     return f"int8 {abs(c['change_pct']):.1f}% {c['verdict']} (p={c['p_value']:.2g})"
 
 

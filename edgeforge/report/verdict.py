@@ -49,6 +49,19 @@ def accuracy_text(accuracy_drop: float | None, cosine: float | None) -> str:
     return ""
 
 
+def why_not_significant(compare) -> str:
+    """compare's reason for "not significant", short: 'p=0.24', 'under the 1% threshold,
+    p=0.01', or 'interval includes 1x, p=0.037' (a small p alone does not make a change)."""
+    p = _get(compare, "p_value")
+    reason = _get(compare, "reason") or ""
+    ptext = f"p={p:.2g}" if p is not None else "p unknown"
+    if reason.startswith("below the"):
+        return f"under the {(_get(compare, 'min_change') or 0) * 100:g}% threshold, {ptext}"
+    if "interval" in reason:
+        return f"interval includes 1x, {ptext}"
+    return ptext
+
+
 def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: float | None = None,
                  cosine: float | None = None, within_budget: bool | None = None,
                  where: str = "on this device") -> Verdict:
@@ -76,7 +89,7 @@ def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: f
         line = f"INT8 {speedup:.2f}x of fp32 (slower) {where}" + (f", {acc}" if acc else "") + ": ship fp32"
     elif speed == "not significant":
         ship = "fp32"
-        line = (f"INT8 {speedup:.2f}x of fp32, not significant (p={p:.2g}) {where}"
+        line = (f"INT8 {speedup:.2f}x of fp32, not significant ({why_not_significant(compare)}) {where}"
                 + (f", {acc}" if acc else "") + ": no speed-up, ship fp32 unless size matters")
     else:
         ship = "fp32"

@@ -36,6 +36,21 @@ def test_not_significant_ships_fp32():
     assert "not significant (p=" in v.line and "cosine 0.9991" in v.line
 
 
+def test_not_significant_says_why_when_p_is_small():
+    """A small p with a change under the practical threshold, or with an interval that includes
+    1x, is "not significant": the line says which, so "p=0.037" does not read as a contradiction."""
+    from edgeforge.report.verdict import why_not_significant
+
+    under = {"verdict": "not significant", "ratio": 0.995, "p_value": 0.01, "min_change": 0.01,
+             "reason": "below the 1% practical threshold though p=0.01"}
+    v = int8_verdict(under, accuracy_drop=0.0)
+    assert "not significant (under the 1% threshold, p=0.01)" in v.line, v.line
+    wide = {"verdict": "not significant", "ratio": 1.03, "p_value": 0.037, "min_change": 0.01,
+            "reason": "the confidence interval of the ratio includes 1"}
+    assert why_not_significant(wide) == "interval includes 1x, p=0.037"
+    assert why_not_significant({"p_value": 0.24, "reason": "Mann-Whitney p=0.24 >= 0.05"}) == "p=0.24"
+
+
 def test_faster_but_over_budget_ships_fp32():
     c = compare_samples(samples(2.0), samples(1.0, seed=1))
     v = int8_verdict(c, accuracy_drop=2.1, within_budget=False)
