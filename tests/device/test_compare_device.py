@@ -9,24 +9,27 @@ of ~4.7; the same-artifact check therefore uses a 5% practical threshold (``--mi
 the default 1% flagged 2 of 6 such pairs as "2% slower" under that load). The slower artifact
 is ~2.6x slower and is checked at the default threshold.
 
-The timings are sub-0.1 ms, so a neighbour starting up between two back-to-back benches can still
-shift one of them by tens of percent (measured in fresh-clone CI runs: 0.094 vs 0.059 ms, the
-first test of the run; later "29.8% faster" in both of two pairs while other jobs loaded the
-machine). The test therefore benches once to warm the device (discarded), times 1000 runs per
-bench (a window of ~0.1 s instead of ~20 ms, so one preemption cannot move the median), and if
-the same-artifact pair still differs it measures a fresh pair, up to three pairs: a compare that
-wrongly calls one artifact "slower" than itself fails all three; a load shift that hits one bench
-of a pair does not recur three times in a row. The slower-artifact checks are not retried."""
+The same artifact does not always time the same in two benches: on this VM a new onnxruntime
+session of the digits model settles in one of two steady states, ~0.058 or ~0.10 ms (measured:
+5 of 20 sessions slow, 4 sessions per process; on either core, with ASLR off and with onnxruntime's
+memory arena off alike), and each bench is a new session. Two benches that landed in different
+states differ for real, and compare rightly says so (fresh-clone CI runs saw "15.9% slower" and
+"91.5% slower" pairs). So the test benches the artifact four times (after a discarded warm-up
+bench) and compares every pair: the pair with the closest medians, which with two states
+always exists within one state, must be "not significant"; a compare that calls an artifact
+slower than itself fails there. Each bench times 1000 runs (~0.1 s), so one preemption cannot
+move a median. The slower-artifact checks are not retried."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 pytestmark = pytest.mark.device
 
 RUNS = "1000"
-PAIRS = 3
+SAME = 4          # benches of the same artifact
 
 
 def _bench(cli, lab, inv, build) -> str:
@@ -51,18 +54,20 @@ def _verdict(cli, a, b, *extra) -> tuple[str, dict]:
 def test_compare_same_artifact_is_not_significant_and_a_slower_one_is_detected(cli, lab, builds, slow_build):
     inv = lab.inventory()
     _bench(cli, lab, inv, builds.onnx)  # warm-up: first upload, page cache, runtime start
-    attempts = []
-    for _ in range(PAIRS):
-        a1 = _bench(cli, lab, inv, builds.onnx)
-        a2 = _bench(cli, lab, inv, builds.onnx)
-        same_line, same = _verdict(cli, a1, a2, "--min-change", "5")
-        attempts.append(same_line)
-        if same["verdict"] == "not significant":
-            break
-        print(f"\nsame artifact, pair {len(attempts)} (measured again): {same_line}")
+    runs = [_bench(cli, lab, inv, builds.onnx) for _ in range(SAME)]
+    pairs, p50 = [], {}
+    for k, a in enumerate(runs):
+        for b in runs[k + 1:]:
+            line, res = _verdict(cli, a, b, "--min-change", "5")
+            pairs.append((abs(math.log(res["ratio"])), line, res))
+            p50.update({a: res["p50_a_ms"], b: res["p50_b_ms"]})
+    pairs.sort(key=lambda t: t[0])
+    _, same_line, same = pairs[0]
+    a1 = min(runs, key=p50.get)       # the slower artifact is compared with the fastest bench
+    print("\nsame artifact, every pair:\n  " + "\n  ".join(t[1] for t in pairs))
     slow = _bench(cli, lab, inv, slow_build)
 
-    assert same_line.startswith("not significant: B vs A"), attempts
+    assert same_line.startswith("not significant: B vs A"), [t[1] for t in pairs]
     assert same["verdict"] == "not significant" and same["n_a"] == same["n_b"] == int(RUNS)
 
     slow_line, slower = _verdict(cli, a1, slow)
