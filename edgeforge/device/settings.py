@@ -188,7 +188,8 @@ def check_results_dir(path: Path, create: bool = True) -> None:
     if not create and not path.exists():
         parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
         if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
-            raise ConfigError(f"results directory {path} cannot be made: {parent} is not writable",
+            why = "not writable" if parent.is_dir() else "not a directory"
+            raise ConfigError(f"results directory {path} cannot be made: {parent} is {why}",
                               hint="point --results (or $EDGEFORGE_RESULTS) at a directory you can "
                                    "write; nothing was changed")
         return

@@ -198,7 +198,7 @@ def test_an_unwritable_results_directory_is_refused_before_the_device_is_touched
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     code, _, err = _deploy(cli, versions["v1"], lab.inventory(), "--results", blocker / "results")
-    assert code == 2 and "results directory" in err and "a-file" in err, err
+    assert code == 2 and "results directory" in err and "a-file is not a directory" in err, err
     assert not lab.workdir.exists() and blocker.read_text() == "not a directory"
 
 
