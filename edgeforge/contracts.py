@@ -4,7 +4,9 @@ A target profile names its execution providers in order and, for each, the QDQ r
 accepts (``targets.EpRules``). ``check_qdq`` reads an ONNX model and lists every node that breaks
 the rules of one provider; verify runs it against the target's first provider and fails the
 build on a violation. ``host_cpu_flags`` reads the build host's CPU flags (linux-x86 picks its
-INT8 scheme by them).
+INT8 scheme by them). ``host_can_time`` is the one rule for where the host's timing may decide
+(the build's INT8 verdict, ``build --precision auto``): only where the host runs the target's
+own runtime on the target's ISA.
 """
 from __future__ import annotations
 
@@ -165,3 +167,49 @@ def onnx_scheme(target, backend: str = "onnx", flags: frozenset[str] | None = No
         flags = host_cpu_flags() if cfg.host_cpu_schemes else frozenset()
     scheme, flag = cfg.scheme_for(flags)
     return scheme, flag, int8_flags(flags)
+
+
+HOST_TIMING_EP = "CPUExecutionProvider"     # what quant.speed times on the host
+_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64", "arm64": "arm64",
+         "armv7l": "armv7", "armv7": "armv7", "armv8l": "armv7"}
+
+
+def host_arch(machine: str | None = None) -> str:
+    """This host's ISA in a target profile's words (``hardware.arch``): x86_64, arm64, armv7."""
+    import platform
+
+    m = (machine if machine is not None else platform.machine()).lower()
+    return _ARCH.get(m, m)
+
+
+def host_can_time(target, backend: str | None = None, machine: str | None = None) -> tuple[bool, str]:
+    """May the host's timing decide for ``target`` (a TargetProfile) on ``backend``? Only where
+    the host runs what the target runs: onnxruntime with the target's first execution provider
+    (the host times ``CPUExecutionProvider``) on the target's ISA. Returns (True, "") or (False,
+    why, one clause naming the target's runtime: "jetson-orin runs TensorrtExecutionProvider ...").
+    Every place that lets a host measurement decide (the quantize pass's timing, the build
+    summary's verdict, ``build --precision auto``) asks this."""
+    backend = backend or target.backend.default
+    cfg = target.backend_config(backend)
+    name = target.name
+    if not cfg.host_runnable:
+        return False, f"the host cannot run {name}'s {backend} artifact"
+    if backend != "onnx":
+        return False, f"{name} runs Paddle Lite, which the host does not time"
+    ep = cfg.execution_providers[0]
+    if ep != HOST_TIMING_EP:
+        return False, f"{name} runs {ep}, the host times {HOST_TIMING_EP}"
+    here = host_arch(machine)
+    if target.hardware.arch != here:
+        return False, f"{name} is {target.hardware.arch} and this host is {here}"
+    return True, ""
+
+
+def needs_device(target, backend: str | None = None, machine: str | None = None) -> str | None:
+    """None where the host may decide for ``target``, else the line said instead of a host
+    decision (the build summary's verdict, ``build --precision auto``'s reason)."""
+    ok, why = host_can_time(target, backend, machine)
+    if ok:
+        return None
+    return (f"the host cannot decide ({why}); the decision needs a device: edgeforge bench, "
+            "or edgeforge run --precision auto --device NAME")

@@ -39,7 +39,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
         s.add_row("cosine", fmt.num(v.get("cosine"), ".6f"))
     elif v.get("float_accuracy") is not None:
         s.add_row("float accuracy", fmt.pct(v.get("float_accuracy")))
-    verdict = host_verdict(m) if verdict else None
+    no_host = host_cannot_decide(m) if verdict and m["precision"] == "int8" else None
+    verdict = host_verdict(m) if verdict and not no_host else None
     if verdict is not None:
         sp = m["int8_vs_fp32"]
         s.add_row("INT8 vs fp32", f"p50 {sp['fp32_p50_ms']:.3f} -> {sp['int8_p50_ms']:.3f} ms on the host "
@@ -48,6 +49,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     if verdict is not None:
         style = "green" if verdict.ship == "int8" else "yellow"
         con.print(f"[{style}]verdict (host stand-in): {verdict_text(m, verdict)}[/{style}]", soft_wrap=False)
+    if no_host:
+        con.print(f"verdict: {no_host}", style="yellow", markup=False, soft_wrap=False)
     if v["status"] == "device-only":
         con.print("[dim]verify: device-only — the host cannot run this artifact; "
                   "`edgeforge bench` measures it on the board[/dim]", soft_wrap=False)
@@ -88,6 +91,20 @@ def escape_text(text: str) -> str:
     from rich.markup import escape
 
     return escape(str(text))
+
+
+def host_cannot_decide(m: dict) -> str | None:
+    """Why the host's timing may not decide for the build ``m`` (contracts.host_can_time on its
+    target), or None where it may."""
+    from ..contracts import needs_device
+    from ..errors import EdgeforgeError
+    from ..targets import load_target
+
+    try:
+        profile = load_target(m["target"])
+    except EdgeforgeError as exc:
+        return f"its target profile does not load ({exc.one_line()})"
+    return needs_device(profile, m["backend"])
 
 
 def host_verdict(m: dict):

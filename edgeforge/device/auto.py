@@ -1,10 +1,10 @@
 """``--precision auto``: build every precision the target allows, measure each, keep the fastest
 that meets the accuracy budget (:func:`edgeforge.report.verdict.choose`).
 
-- :func:`decide_on_host` (``build --precision auto``): where the host can run the target's
-  artifact, the candidates are timed interleaved on the host (the stand-in, spinning off) and
-  compared with compare's statistics; otherwise the target's default precision is built and the
-  decision says that it needs a device.
+- :func:`decide_on_host` (``build --precision auto``): where the host runs the target's runtime
+  (:func:`edgeforge.contracts.needs_device`), the candidates are timed interleaved on the host
+  (the stand-in, spinning off) and compared with compare's statistics; otherwise the target's
+  default precision is built and the decision says that it needs a device.
 - :func:`decide_on_device` (``run --precision auto``): each candidate is benched on the device
   (one ordinary result each, tagged ``precision_auto``), compared with fp32 by ``compare``.
 
@@ -84,21 +84,20 @@ def _finish(project, target, build: BuildOptions, dest: Path, record: dict, log)
 
 def decide_on_host(project, target: str, build: BuildOptions | None = None, *, out=None,
                    log=None) -> Decision:
+    from ..contracts import needs_device
     from ..quant.speed import NOTE, interleaved, p50
     from ..report.compare import compare_samples
     from ..report.verdict import choose
 
     log = log or (lambda m: None)
     build, profile, backend, dest = _plan(project, target, build, out)
-    bcfg = profile.backend_config(backend)
     precisions = allowed(profile, backend)
     record = {"schema": SCHEMA, "target": target, "backend": backend, "where": "host",
               "allowed": precisions, "candidates": []}
-    if not bcfg.host_runnable or backend != "onnx" or len(precisions) == 1:
+    no_host = needs_device(profile, backend)
+    if no_host or len(precisions) == 1:
         default = profile.precision_for(backend)
-        why = ("only one precision is allowed" if len(precisions) == 1 else
-               f"the host cannot time {target}'s {backend} artifact: the decision needs a device "
-               f"(edgeforge run --precision auto --device ...)")
+        why = "only one precision is allowed" if len(precisions) == 1 else no_host
         record.update(where=None, chosen=default if len(precisions) > 1 else precisions[0],
                       reason=f"{why}; built the target's default")
         return Decision(_finish(project, target, build, dest, record, log), record)

@@ -234,10 +234,11 @@ class OnnxQuantizePass(Pass):
     Config = QuantConfig
 
     def target_facts(self, ctx: PassContext):
-        from ..contracts import onnx_scheme
+        from ..contracts import host_can_time, onnx_scheme
 
         scheme, flag, _ = onnx_scheme(ctx.target, ctx.backend)
-        return {"scheme": scheme.model_dump(mode="json"), "chosen_by_cpu_flag": flag}
+        timed = {} if host_can_time(ctx.target, ctx.backend)[0] else {"host_timed": False}
+        return {"scheme": scheme.model_dump(mode="json"), "chosen_by_cpu_flag": flag, **timed}
 
     def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str], ranges: dict) -> Path:
         from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
@@ -271,7 +272,7 @@ class OnnxQuantizePass(Pass):
         from ..quant.onnx_ptq import op_types_to_quantize, pre_process
         from ..runner import edgeforge_runner as runner
 
-        from ..contracts import onnx_scheme
+        from ..contracts import host_can_time, onnx_scheme
 
         cfg: QuantConfig = self.config
         self.scheme, flag, flags = onnx_scheme(ctx.target, ctx.backend)
@@ -298,7 +299,7 @@ class OnnxQuantizePass(Pass):
             reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
             rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
         plain_path = plain() if plain is not None else None
-        if ctx.target.backend_config(ctx.backend).host_runnable:
+        if host_can_time(ctx.target, ctx.backend)[0]:     # only where the host runs the target's runtime
             model = self._fastest(ctx, inp.path / "model.onnx", (model, plain_path), meta,
                                   lambda keep: quantize(meta["quantization"]["algo"], keep),
                                   (feeds, labels, lambda: runner.predict_all(runner.onnx_predictor(pre), feeds)))

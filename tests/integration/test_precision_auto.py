@@ -78,3 +78,45 @@ def test_auto_needs_a_device_where_the_host_cannot_time_the_artifact(digits_proj
     assert rec["chosen"] == "int8" == d.build.manifest["precision"]
     assert "the decision needs a device" in rec["reason"] and "run --precision auto" in rec["reason"]
     assert json.loads((tmp_path / "b" / "decision.json").read_text())["chosen"] == "int8"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())          # the CLI wraps at the terminal's width
+
+
+def test_jetson_orin_build_gives_no_host_verdict_and_says_the_decision_needs_a_device(digits_project,
+                                                                                    tmp_path):
+    """issue 23: the host's CPUExecutionProvider is not jetson-orin's TensorRT, so neither the
+    build's verdict nor --precision auto decides on the host's timing."""
+    from helpers import run_cli
+
+    res = run_cli("build", str(digits_project), "--target", "jetson-orin", "--out", str(tmp_path / "b"))
+    assert res.returncode == 0, res.stderr
+    out = _flat(res.stdout)
+    assert "ship fp32" not in out and "picks fp32" not in out and "host stand-in" not in out, out
+    assert ("verdict: the host cannot decide (jetson-orin runs TensorrtExecutionProvider, the host "
+            "times CPUExecutionProvider); the decision needs a device: edgeforge bench") in out, out
+    m = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert m["int8_vs_fp32"] is None and m["verify"]["status"] == "passed"
+
+    auto = run_cli("build", str(digits_project), "--target", "jetson-orin", "--precision", "auto",
+                   "--out", str(tmp_path / "a"))
+    assert auto.returncode == 0, auto.stderr
+    out = _flat(auto.stdout)
+    assert "picks fp32" not in out and "ship fp32" not in out, out
+    assert ("precision auto (not measured): int8 — the host cannot decide (jetson-orin runs "
+            "TensorrtExecutionProvider") in out, out
+    assert "the decision needs a device" in out and "built the target's default" in out, out
+    rec = json.loads((tmp_path / "a" / "decision.json").read_text())
+    assert rec["where"] is None and rec["candidates"] == [] and rec["chosen"] == "int8"
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["precision"] == "int8"
+
+
+def test_linux_x86_build_keeps_its_host_verdict(digits_project, tmp_path):
+    from helpers import run_cli
+
+    res = run_cli("build", str(digits_project), "--target", "linux-x86", "--out", str(tmp_path / "b"))
+    assert res.returncode == 0, res.stderr
+    out = _flat(res.stdout)
+    assert "verdict (host stand-in): INT8 " in out and "needs a device" not in out, out
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["int8_vs_fp32"]["threads"] >= 1
