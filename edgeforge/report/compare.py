@@ -191,6 +191,8 @@ def compare_samples(xa, xb, alpha: float = ALPHA, *, min_change: float = MIN_CHA
         reason = f"Mann-Whitney p={p:.2g} >= {alpha:g}"
     elif abs(ratio - 1.0) < min_change:
         reason = f"below the {min_change * 100:g}% practical threshold though p={p:.2g}"
+    elif not math.isfinite(ci_low):
+        reason = "no confidence interval of the ratio could be formed"
     elif not excludes_one:
         reason = "the confidence interval of the ratio includes 1"
     else:

@@ -15,6 +15,7 @@ The speed-up is ``p50(fp32) / p50(INT8)``: above 1 INT8 is faster, "0.77x of fp3
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 
@@ -50,16 +51,23 @@ def accuracy_text(accuracy_drop: float | None, cosine: float | None) -> str:
 
 
 def why_not_significant(compare) -> str:
-    """compare's reason for "not significant", short: 'p=0.24', 'under the 1% threshold,
-    p=0.01', or 'interval includes 1x, p=0.037' (a small p alone does not make a change)."""
+    """compare's reason for "not significant", short, naming the figure that decided it and never
+    a small p beside "not significant": 'p=0.24' (the rank test), 'a 0.5% change, under the 1%
+    threshold', or 'its 95% interval, 0.96x-1.07x, includes 1x' (the speed-up's interval,
+    p50(A)/p50(B) as the verdict line shows it; a small p alone does not make a change)."""
     p = _get(compare, "p_value")
     reason = _get(compare, "reason") or ""
-    ptext = f"p={p:.2g}" if p is not None else "p unknown"
     if reason.startswith("below the"):
-        return f"under the {(_get(compare, 'min_change') or 0) * 100:g}% threshold, {ptext}"
+        ratio = _get(compare, "ratio")
+        change = f"a {abs(float(ratio) - 1) * 100:.1f}% change, " if ratio else ""
+        return f"{change}under the {(_get(compare, 'min_change') or 0) * 100:g}% threshold"
     if "interval" in reason:
-        return f"interval includes 1x, {ptext}"
-    return ptext
+        level = f"{(1 - (_get(compare, 'alpha') or 0.05)) * 100:g}%"
+        lo, hi = _get(compare, "ci_low"), _get(compare, "ci_high")
+        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+            return f"no {level} interval of the ratio could be formed"
+        return f"its {level} interval, {1 / hi:.2f}x-{1 / lo:.2f}x, includes 1x"
+    return f"p={p:.2g}" if p is not None else "p unknown"
 
 
 def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: float | None = None,

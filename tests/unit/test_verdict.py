@@ -38,17 +38,36 @@ def test_not_significant_ships_fp32():
 
 def test_not_significant_says_why_when_p_is_small():
     """A small p with a change under the practical threshold, or with an interval that includes
-    1x, is "not significant": the line says which, so "p=0.037" does not read as a contradiction."""
+    1x, is "not significant": the line names the figure that decided it, never a small p beside
+    "not significant" (issue 23: "not significant (interval includes 1x, p=0.046)")."""
     from edgeforge.report.verdict import why_not_significant
 
     under = {"verdict": "not significant", "ratio": 0.995, "p_value": 0.01, "min_change": 0.01,
              "reason": "below the 1% practical threshold though p=0.01"}
     v = int8_verdict(under, accuracy_drop=0.0)
-    assert "not significant (under the 1% threshold, p=0.01)" in v.line, v.line
-    wide = {"verdict": "not significant", "ratio": 1.03, "p_value": 0.037, "min_change": 0.01,
-            "reason": "the confidence interval of the ratio includes 1"}
-    assert why_not_significant(wide) == "interval includes 1x, p=0.037"
+    assert "not significant (a 0.5% change, under the 1% threshold)" in v.line, v.line
+    assert "p=" not in v.line
+    wide = {"verdict": "not significant", "ratio": 1.03, "p_value": 0.046, "min_change": 0.01, "alpha": 0.05,
+            "ci_low": 0.98, "ci_high": 1.08, "reason": "the confidence interval of the ratio includes 1"}
+    # the interval of the speed-up p50(fp32)/p50(int8), as the line's "0.97x of fp32" reads
+    assert why_not_significant(wide) == "its 95% interval, 0.93x-1.02x, includes 1x"
+    v = int8_verdict(wide, accuracy_drop=0.0, where="on the host")
+    assert v.line.startswith("INT8 0.97x of fp32, not significant (its 95% interval, 0.93x-1.02x, "
+                             "includes 1x) on the host"), v.line
+    assert "p=" not in v.line and v.p_value == 0.046
+    no_ci = dict(wide, ci_low=None, ci_high=None, reason="no confidence interval of the ratio could be formed")
+    assert why_not_significant(no_ci) == "no 95% interval of the ratio could be formed"
     assert why_not_significant({"p_value": 0.24, "reason": "Mann-Whitney p=0.24 >= 0.05"}) == "p=0.24"
+
+
+def test_a_real_compare_under_the_threshold_says_so_without_p():
+    """compare_samples on two runs 0.5% apart with thousands of samples: p is tiny, the change is
+    under the 1% threshold, and the verdict says the threshold."""
+    base = samples(2.0, n=4000, seed=5)
+    c = compare_samples(base, [x * 1.005 for x in samples(2.0, n=4000, seed=5)])
+    assert c.verdict == "not significant" and c.reason.startswith("below the"), c.reason
+    v = int8_verdict(c, accuracy_drop=0.0)
+    assert "under the 1% threshold)" in v.line and "p=" not in v.line, v.line
 
 
 def test_faster_but_over_budget_ships_fp32():
