@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -13,7 +14,7 @@ import numpy as np
 
 from .cache import Cache, sha256_file, sha256_json
 from .errors import ConfigError, EdgeforgeError
-from .fsutil import atomic_dir, write_json_atomic
+from .fsutil import atomic_dir, out_lock, writable_dir, write_json_atomic
 from .manifest import BUILD_SCHEMA, build_manifest, read_manifest
 from .options import BuildOptions, ResolvedBuild, resolve_precision
 from .pipeline import Event, Pipeline
@@ -128,15 +129,8 @@ def check_out_dir(dest: Path) -> None:
             raise ConfigError(f"--out {dest} exists and is {kind}, not an edgeforge build",
                               hint="edgeforge replaces only a previous build: "
                                    "choose another path or remove it yourself")
-    parent = dest.parent
-    while not (parent.exists() or parent.is_symlink()):
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"--out {dest} is below {parent}, which is not a directory")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=parent))
-    except OSError as exc:
-        raise ConfigError(f"--out {dest}: cannot write in {parent} ({exc.strerror or exc})") from None
+    # the build is renamed into place in its parent: that is the directory that must be writable
+    writable_dir(dest.parent, "--out", create=False, shown=dest)
 
 
 def _write_out(out_dir: Path, final, manifest: dict) -> None:
@@ -207,6 +201,19 @@ def check_labels(project: Project, labels: np.ndarray | None, exported) -> None:
             hint="labels are class indices into the model's output")
 
 
+def check_label_output(project: Project, exported) -> None:
+    """``[data] label_output`` must name one of the model's outputs (export's probe counted
+    them): else exit 2 naming the key, before quantize or verify index past the last output."""
+    k = project.spec.data.label_output
+    n = (exported.meta.get("num_outputs") if exported is not None else None)
+    if n is None and exported is not None:
+        n = len(exported.meta.get("output_shapes") or []) or None
+    if isinstance(n, int) and k >= n:
+        raise ConfigError(f"{project.root / 'edgeforge.toml'}: [data] label_output = {k}, "
+                          f"but the model has {n} output(s)",
+                          hint=f"use 0 to {n - 1}: the index of the output the labels are for")
+
+
 def _after_export(project: Project, labels, ctx, on_event: Event | None) -> Event:
     from .passes.base import PADDLE_FLOAT
 
@@ -214,8 +221,31 @@ def _after_export(project: Project, labels, ctx, on_event: Event | None) -> Even
         if on_event is not None:
             on_event(name, phase, info)
         if name == "export" and phase == "done":
-            check_labels(project, labels, ctx.history.get(PADDLE_FLOAT))
+            exported = ctx.history.get(PADDLE_FLOAT)
+            check_label_output(project, exported)
+            check_labels(project, labels, exported)
     return emit
+
+
+OUT_LOCK_TIMEOUT_S = 3600.0        # $EDGEFORGE_OUT_LOCK_TIMEOUT: how long a build waits for --out
+
+
+def _lock_timeout() -> float:
+    import math
+
+    raw = os.environ.get("EDGEFORGE_OUT_LOCK_TIMEOUT")
+    if raw is None or raw == "":
+        return OUT_LOCK_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and 0 <= value <= 7 * 86400):
+        raise ConfigError(f"EDGEFORGE_OUT_LOCK_TIMEOUT={raw}: not a number of seconds "
+                          "from 0 to 604800")
+    return value
+
+
 
 
 def toolchain_versions() -> dict:
@@ -259,15 +289,29 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
     check_out_dir(out_dir)
     cache = Cache(plan.cache_dir, enabled=plan.use_cache)
-    with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
-        ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,
-                          workdir=Path(work), log=log or (lambda m: None))
-        final, steps = Pipeline(passes, cache).run(source, ctx,
-                                                   _after_export(project, labels, ctx, on_event))
-        manifest = build_manifest(project, plan, final, steps, toolchain_versions())
-        exported = ctx.history.get(PADDLE_FLOAT)
-        manifest["export"] = exported.meta.get("export") if exported is not None else None
-        _write_out(out_dir, final, manifest)
+    # One build at a time into one --out: a second waits for the lock (a progress line), then
+    # builds and replaces the first's build whole; never two writers in one directory.
+    t0, waited = time.monotonic(), []
+
+    def on_wait(line: str) -> None:         # the progress line: a step named by the wait
+        waited.append(line)
+        if on_event is not None:
+            on_event(line, "start", {})
+
+    with out_lock(out_dir, timeout_s=_lock_timeout(), on_wait=on_wait):
+        if waited:
+            if on_event is not None:
+                on_event(waited[0], "done", {"cache_hit": False, "seconds": time.monotonic() - t0})
+            check_out_dir(out_dir)              # what the other build left there
+        with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
+            ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,
+                              workdir=Path(work), log=log or (lambda m: None))
+            final, steps = Pipeline(passes, cache).run(source, ctx,
+                                                       _after_export(project, labels, ctx, on_event))
+            manifest = build_manifest(project, plan, final, steps, toolchain_versions())
+            exported = ctx.history.get(PADDLE_FLOAT)
+            manifest["export"] = exported.meta.get("export") if exported is not None else None
+            _write_out(out_dir, final, manifest)
     return BuildResult(out_dir, manifest)
 
 

@@ -13,6 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from .errors import ConfigError
+from .fsutil import writable_dir
+
 CHUNK = 1 << 20
 
 
@@ -77,18 +80,40 @@ def build_code_digest(root: Path = _PACKAGE_ROOT) -> str:
     return _build_code_digests[root]
 
 
-def default_cache_dir() -> Path:
+CACHE_VAR = "$EDGEFORGE_CACHE"
+
+
+def cache_dir_choice() -> tuple[Path, str]:
+    """The cache directory and who chose it (for :func:`edgeforge.fsutil.writable_dir`):
+    ``$EDGEFORGE_CACHE``, else ``$XDG_CACHE_HOME/edgeforge`` or ``~/.cache/edgeforge``."""
     env = os.environ.get("EDGEFORGE_CACHE")
     if env:
-        return Path(env).expanduser()
+        return Path(env).expanduser(), CACHE_VAR
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "edgeforge"
+    return Path(base) / "edgeforge", f"default: {CACHE_VAR}"
+
+
+def default_cache_dir() -> Path:
+    return cache_dir_choice()[0]
 
 
 class Cache:
+    """The store. Reading never needs a writable directory (a warm read-only cache serves its
+    hits); the first :meth:`put` checks that the directory can be written, once, through
+    :func:`edgeforge.fsutil.writable_dir`: exit 2 naming the variable that chose it."""
+
     def __init__(self, root: Path | None = None, enabled: bool = True):
-        self.root = Path(root) if root else default_cache_dir()
+        if root:
+            self.root, self.chosen_by = Path(root), "cache_dir"
+        else:
+            self.root, self.chosen_by = cache_dir_choice()
         self.enabled = enabled
+        self._checked = False
+
+    def check_writable(self) -> None:
+        if not self._checked:
+            writable_dir(self.root, self.chosen_by, what="cache directory")
+            self._checked = True
 
     def key(self, *, pass_name: str, version: int, config: Any, target: Any, input_digest: str) -> str:
         return sha256_json({"pass": pass_name, "version": version, "config": config,
@@ -102,15 +127,16 @@ class Cache:
             return None
         entry = self.entry(key)
         meta_file = entry / "entry.json"
-        if not meta_file.is_file():
-            return None
-        try:
+        try:                    # a cache under a file, or one we may not read: a miss
+            if not meta_file.is_file():
+                return None
             meta = json.loads(meta_file.read_text())
+            out = entry / "artifact"
+            # A cached entry must still hold the exact bytes it was stored with.
+            intact = isinstance(meta, dict) and out.is_dir() and digest_tree(out) == meta.get("content_digest")
         except (OSError, ValueError):
             return None
-        out = entry / "artifact"
-        # A cached entry must still hold the exact bytes it was stored with.
-        if not out.is_dir() or digest_tree(out) != meta.get("content_digest"):
+        if not intact:
             shutil.rmtree(entry, ignore_errors=True)
             return None
         return out, meta
@@ -120,11 +146,21 @@ class Cache:
         meta = dict(meta, content_digest=digest_tree(produced))
         if not self.enabled:
             return produced, meta
+        self.check_writable()
         entry = self.entry(key)
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
-        shutil.copytree(produced, tmp / "artifact")
-        (tmp / "entry.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        tmp = None
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+            shutil.copytree(produced, tmp / "artifact")
+            (tmp / "entry.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        except OSError as exc:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise ConfigError(f"cache directory {self.root}: cannot store an entry "
+                              f"({exc.strerror or exc})",
+                              hint="free space there, point EDGEFORGE_CACHE elsewhere, "
+                                   "or build with --no-cache") from None
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
         try:
@@ -133,9 +169,22 @@ class Cache:
             shutil.rmtree(tmp, ignore_errors=True)
         return entry / "artifact", meta
 
+    def count(self) -> int:
+        try:
+            return sum(1 for _ in self.root.glob("*/*")) if self.root.is_dir() else 0
+        except OSError:
+            return 0
+
     def clear(self) -> int:
         if not self.root.exists():
             return 0
-        n = sum(1 for _ in self.root.glob("*/*"))
-        shutil.rmtree(self.root)
+        if not self.root.is_dir():
+            self.check_writable()             # refuses a file, naming the variable
+        n = self.count()
+        self.check_writable()
+        try:
+            shutil.rmtree(self.root)
+        except OSError as exc:
+            raise ConfigError(f"cache directory {self.root}: cannot remove it "
+                              f"({exc.strerror or exc})") from None
         return n

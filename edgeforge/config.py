@@ -12,6 +12,7 @@ import tomli
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError
+from .fsutil import read_config_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -33,14 +34,16 @@ def did_you_mean(name: str, choices) -> str:
     return f" (did you mean '{near}'?)" if near else ""
 
 
-def read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path, what: str = "config file") -> dict[str, Any]:
+    """A TOML file through the one reader (:func:`edgeforge.fsutil.read_config_text`): every
+    problem with the file, its encoding or its syntax is one ConfigError naming it."""
+    text = read_config_text(path, what)
     try:
-        with open(path, "rb") as fh:
-            return tomli.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
+        return tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{what} {path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path}: not valid TOML: nested too deeply") from None
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:

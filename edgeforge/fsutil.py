@@ -1,14 +1,23 @@
-"""Atomic writes: nothing already built or measured is lost to a failed or interrupted write."""
+"""Files: atomic writes (nothing already built or measured is lost to a failed or interrupted
+write), the one reader of configuration files, the one check of a directory edgeforge writes,
+and the advisory lock on a build's ``--out``."""
 from __future__ import annotations
 
+import codecs
+import fcntl
 import json
 import math
 import os
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from .errors import ConfigError
+
+CONFIG_MAX_BYTES = 16 << 20      # no configuration file is larger: /dev/zero is not a config
 
 
 def json_safe(obj: Any) -> Any:
@@ -146,3 +155,170 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- reading configuration
+
+def read_config_text(path: str | os.PathLike, what: str) -> str:
+    """The text of a configuration file (``what``: "project file", "device inventory", ...).
+
+    UTF-8; a leading UTF-8 byte order mark is accepted and dropped (editors on Windows write
+    one). A missing file, a directory, a permission, bytes that are not UTF-8 (the byte and its
+    offset) or a file over :data:`CONFIG_MAX_BYTES`: a one-line ConfigError naming the file."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(CONFIG_MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot be read ({exc.strerror or exc})") from None
+    if len(data) > CONFIG_MAX_BYTES:
+        raise ConfigError(f"{what} {path}: larger than {CONFIG_MAX_BYTES >> 20} MB; "
+                          "not a configuration file")
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{what} {path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
+                          f"{exc.start} (line {line})" + (" (a UTF-16 file)" if utf16 else ""),
+                          hint="save it as UTF-8") from None
+
+
+# ---------------------------------------------------------------- directories edgeforge writes
+
+def _chooser(chosen_by: str, path: Path, what: str) -> tuple[str, str]:
+    """(how the path is named in a message, what to do instead) for ``chosen_by``: an
+    environment variable ("$EDGEFORGE_CACHE"), a flag ("--out"), or a default ("default:
+    $EDGEFORGE_CACHE", meaning: nobody chose it, that variable would move it)."""
+    default = chosen_by.startswith("default:")
+    name = chosen_by.split(":", 1)[1].strip() if default else chosen_by
+    if name.startswith("$"):
+        fix = f"set {name[1:]} to a writable directory"
+        shown = f"{name[1:]}={path}"
+    else:
+        fix = f"pass {name} a writable directory"
+        shown = f"{name} {path}"
+    return (f"{what} {path} (the default)" if default else shown), fix
+
+
+def writable_dir(path: str | os.PathLike, chosen_by: str, *, what: str = "directory",
+                 create: bool = True, shown: str | os.PathLike | None = None) -> Path:
+    """The one check of a directory edgeforge is about to write into (the cache, results, a
+    report, toolchains, a build's parent): ``path`` is a directory, or can be made, and a file
+    can be created in it. Else a one-line ConfigError (exit 2) naming the variable or flag
+    that chose it (``chosen_by``, see :func:`_chooser`) and what to do. ``create=False`` makes
+    nothing: a missing directory is judged by its nearest existing parent, and the probe
+    leaves nothing behind. ``shown`` names the path in the message, when that is not ``path``
+    itself (``--out DIR`` checks DIR's parent)."""
+    path = Path(path)
+    label, fix = _chooser(chosen_by, Path(shown) if shown is not None else path, what)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{label}: exists and is a file, not a directory", hint=fix)
+    where = path
+    while not (where.exists() or where.is_symlink()):
+        where = where.parent
+    if not where.is_dir():
+        raise ConfigError(f"{label} is below {where}, which is not a directory", hint=fix)
+    try:
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+            where = path
+        os.rmdir(tempfile.mkdtemp(prefix=".edgeforge-probe-", dir=where))
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot write in {where} ({exc.strerror or exc})",
+                          hint=fix) from None
+    return path
+
+
+# ---------------------------------------------------------------- the lock on --out
+
+LOCK_SUFFIX = ".lock"
+
+
+def _acquire(lock: Path, timeout_s: float, on_wait, poll_s: float, dest: Path) -> int:
+    """An fd holding an exclusive flock on ``lock``. While another holds it, the same fd is
+    tried again every ``poll_s`` (so a waiter keeps the file open) until ``timeout_s``. A lock
+    file its holder removed while we waited is not the lock any more: open the new one."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = None
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if deadline is None:
+                    deadline = time.monotonic() + timeout_s
+                    if on_wait is not None:
+                        on_wait(f"waiting for {_holder(lock)} into {dest} to finish")
+                if time.monotonic() >= deadline:
+                    raise ConfigError(f"--out {dest}: {_holder(lock)} still holds {lock} after "
+                                      f"{timeout_s:g} s",
+                                      hint="wait for it, or build into another --out") from None
+                time.sleep(poll_s)
+                continue
+            try:
+                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _holder(path: Path) -> str:
+    try:
+        pid = path.read_text().strip()
+    except OSError:
+        return "another build"
+    return f"another build (pid {pid})" if pid.isdigit() else "another build"
+
+
+@contextmanager
+def out_lock(dest: str | os.PathLike, *, timeout_s: float,
+             on_wait: Callable[[str], None] | None = None, poll_s: float = 0.2) -> Iterator[None]:
+    """Hold the advisory lock of a build's ``--out`` (``<dest>.lock``, an flock) while the
+    build runs: a second build into the same ``--out`` waits for the first (``on_wait`` gets
+    one line saying whose lock it waits for), then builds; after ``timeout_s`` it refuses
+    (ConfigError, exit 2). The lock file holds the holder's pid and is removed when released;
+    directories made for it are removed again if nothing else was put in them."""
+    dest = Path(dest)
+    lock = dest.with_name(dest.name + LOCK_SUFFIX)
+    made = [p for p in [lock.parent, *lock.parent.parents] if not p.exists()]
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = _acquire(lock, timeout_s, on_wait, poll_s, dest)
+    except OSError as exc:
+        _remove_empty(made)
+        raise ConfigError(f"--out {dest}: cannot lock {lock} ({exc.strerror or exc})",
+                          hint="pass --out a writable directory") from None
+    except BaseException:
+        _remove_empty(made)
+        raise
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        try:
+            lock.unlink()            # before the unlock: a waiter then sees a stale inode
+        except OSError:
+            pass
+        os.close(fd)
+        _remove_empty(made)
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in dirs:                    # deepest first
+        try:
+            d.rmdir()
+        except OSError:
+            return

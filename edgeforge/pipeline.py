@@ -68,6 +68,8 @@ class Pipeline:
                 current = Artifact(p.produces, path, meta.get("meta", {}), meta["content_digest"])
                 cache_hit = True
             else:
+                if self.cache.enabled:      # a miss will be stored: check the cache before the pass runs
+                    self.cache.check_writable()
                 out_dir = ctx.workdir / f"{len(records):02d}-{p.name}"
                 if out_dir.exists():
                     shutil.rmtree(out_dir)

@@ -131,7 +131,7 @@ def load_project(path: str | Path) -> Project:
         raise ConfigError(f"project directory not found: {root}")
     if not toml.is_file():
         raise ConfigError(f"{root} is not an edgeforge project: no {PROJECT_FILE} in it")
-    spec = parse_model(ProjectSpec, read_toml(toml), str(toml))
+    spec = parse_model(ProjectSpec, read_toml(toml, "project file"), str(toml))
     names = [i.name for i in spec.model.inputs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{toml}: input names must be unique")

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .config import NAME_WORDS, Strict, did_you_mean, parse_model, read_toml
 from .errors import ConfigError
@@ -19,12 +19,23 @@ Precision = Literal["int8", "fp16", "fp32"]
 BackendKind = Literal["lite", "onnx"]
 CalibrationAlgo = Literal["KL", "hist", "mse", "avg", "abs_max"]
 
+# Caps on a target's numbers: a typo (threads = 100000000000) is refused naming the file and key,
+# before a device or a calibration run pays for it.
+MAX_CORES = 1024
+MAX_THREADS = 256
+MAX_CALIBRATION_BATCHES = 10_000
+MAX_BATCH_SIZE = 4096
+MAX_RUNS = 100_000
+MAX_WARMUPS = 10_000
+MAX_CONNECT_TIMEOUT_S = 3600.0          # an hour
+MAX_COMMAND_TIMEOUT_S = 86400.0         # a day
+
 
 class Hardware(Strict):
     arch: Literal["arm64", "armv7", "x86_64"]
     soc: str
     cpu: str
-    cores: int = Field(gt=0)
+    cores: int = Field(gt=0, le=MAX_CORES)
 
 
 class LiteBackend(Strict):
@@ -45,7 +56,7 @@ class QuantScheme(Strict):
     symmetric_activations: bool = False      # zero point 0 on every activation
     symmetric_weights: bool = True           # int8 weights in [-127, 127], zero point 0
     reduce_range: bool = False               # 7-bit weights (u8s8 saturation on AVX2 without VNNI)
-    per_channel_axis: int = 0                # Conv weight axis of the per-channel scales
+    per_channel_axis: int = Field(0, ge=0, le=7)   # Conv weight axis of the per-channel scales
     quantize_bias: bool = True               # int32 bias behind a DequantizeLinear
 
 
@@ -60,13 +71,13 @@ class EpRules(Strict):
     int32_dequantize: bool = True            # a DequantizeLinear may read int32 (quantized bias)
     per_tensor_activations: bool = False     # an activation's scale must be a scalar
     constant_scales: bool = False            # scales and zero points must be initializers
-    conv_weight_axis: Optional[int] = None   # per-channel Conv weights only on this axis
+    conv_weight_axis: Optional[int] = Field(None, ge=0, le=7)  # per-channel Conv weights only on this axis
     note: str = ""
 
 
 class OnnxBackend(Strict):
     execution_providers: list[str]
-    opset: int = 13
+    opset: int = Field(13, ge=7, le=30)
     precision: Optional[Precision] = None
     host_runnable: bool = True
     scheme: QuantScheme = QuantScheme()
@@ -121,26 +132,33 @@ class Backends(Strict):
 
 class Quantization(Strict):
     algo: CalibrationAlgo = "KL"
-    calibration_batches: int = Field(default=10, gt=0)
-    batch_size: int = Field(default=32, gt=0)
+    calibration_batches: int = Field(default=10, gt=0, le=MAX_CALIBRATION_BATCHES)
+    batch_size: int = Field(default=32, gt=0, le=MAX_BATCH_SIZE)
     per_channel_weights: bool = True
     keep_float: list[str] = []              # layer (op output) names kept in float
-    max_accuracy_drop: float = Field(default=1.0, ge=0)  # points of accuracy (evaluation set with labels)
+    max_accuracy_drop: float = Field(default=1.0, ge=0, le=100)  # points of accuracy (evaluation set with labels)
     min_cosine: float = Field(default=0.99, gt=0, le=1)   # worst-output cosine (evaluation set without labels)
 
 
 class Runtime(Strict):
-    threads: int = Field(default=1, gt=0)
+    threads: int = Field(default=1, gt=0, le=MAX_THREADS)
     power_mode: Optional[str] = None        # LITE_POWER_HIGH, nvpmodel mode, ...
     power_modes: list[str] = []             # what a sweep may try
 
 
 class Bench(Strict):
     warmups: int | Literal["auto"] = "auto"
-    runs: int = Field(default=100, gt=0)
-    connect_timeout_s: float = Field(default=10, gt=0)
-    command_timeout_s: float = Field(default=600, gt=0)
+    runs: int = Field(default=100, gt=0, le=MAX_RUNS)
+    connect_timeout_s: float = Field(default=10, gt=0, le=MAX_CONNECT_TIMEOUT_S)
+    command_timeout_s: float = Field(default=600, gt=0, le=MAX_COMMAND_TIMEOUT_S)
     runner: Literal["python", "benchmark_bin"] = "python"
+
+    @field_validator("warmups")
+    @classmethod
+    def _warmups(cls, v):
+        if v != "auto" and not 0 <= v <= MAX_WARMUPS:
+            raise ValueError(f"must be 'auto' or from 0 to {MAX_WARMUPS}")
+        return v
 
 
 class TargetProfile(Strict):
@@ -174,7 +192,11 @@ class TargetProfile(Strict):
 def targets_dir() -> Path:
     env = os.environ.get("EDGEFORGE_TARGETS")
     if env:
-        return Path(env)
+        path = Path(env).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"EDGEFORGE_TARGETS={env}: not a directory",
+                              hint="point EDGEFORGE_TARGETS at a directory of target .toml files")
+        return path
     here = Path(__file__).resolve().parent
     # a wheel install (setup.py copies targets/ into the package), then a checkout's targets/
     for cand in (here / "targets_data", here.parent / "targets"):
@@ -185,15 +207,17 @@ def targets_dir() -> Path:
 
 def list_targets(directory: Path | None = None) -> list[str]:
     directory = directory or targets_dir()
-    return sorted(p.stem for p in directory.glob("*.toml"))
+    return sorted(p.stem for p in directory.glob("*.toml") if p.is_file())
 
 
 @lru_cache(maxsize=64)
-def _load(path: Path) -> TargetProfile:
-    data = read_toml(path)
-    profile = parse_model(TargetProfile, data, f"targets/{path.name}")
+def _load(path: Path, _stamp: tuple = ()) -> TargetProfile:
+    """The profile at ``path``; errors name that real path (``$EDGEFORGE_TARGETS`` may move it).
+    ``_stamp`` (mtime, size) keys the cache: an edited file is read again."""
+    data = read_toml(path, "target profile")
+    profile = parse_model(TargetProfile, data, str(path))
     if profile.name != path.stem:
-        raise ConfigError(f"targets/{path.name}: name '{profile.name}' does not match the file name")
+        raise ConfigError(f"{path}: name '{profile.name}' does not match the file name")
     return profile
 
 
@@ -209,4 +233,9 @@ def load_target(name: str, directory: Path | None = None) -> TargetProfile:
             f"unknown target '{name}'{did_you_mean(name, names)}",
             hint="run `edgeforge targets` to list them",
         )
-    return _load(path.resolve())
+    path = path.resolve()
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    return _load(path, (st.st_mtime_ns, st.st_size) if st else ())

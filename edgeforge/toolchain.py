@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .cache import default_cache_dir
+from .cache import cache_dir_choice
 from .errors import ConfigError
-from .fsutil import write_json_atomic
+from .fsutil import writable_dir, write_json_atomic
 
 SCHEMA = "edgeforge.toolchain/1"
 LITE_PYTHON = (3, 10)
@@ -62,9 +62,17 @@ class LiteToolchain:
         return {"python": self.python_version, "paddlelite": self.paddlelite}
 
 
-def toolchains_dir() -> Path:
+def toolchains_choice() -> tuple[Path, str]:
+    """Where toolchains live and who chose it: ``$EDGEFORGE_TOOLCHAINS``, else the cache's."""
     env = os.environ.get("EDGEFORGE_TOOLCHAINS")
-    return Path(env).expanduser() if env else default_cache_dir() / "toolchains"
+    if env:
+        return Path(env).expanduser(), "$EDGEFORGE_TOOLCHAINS"
+    cache, chosen_by = cache_dir_choice()
+    return cache / "toolchains", chosen_by
+
+
+def toolchains_dir() -> Path:
+    return toolchains_choice()[0]
 
 
 def lite_dir() -> Path:
@@ -96,7 +104,11 @@ def read_manifest(root: Path | None = None) -> dict | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if data.get("schema") == SCHEMA else None
+    ok = (isinstance(data, dict) and data.get("schema") == SCHEMA
+          and isinstance(data.get("python_executable"), str) and isinstance(data.get("python"), str)
+          and isinstance(data.get("packages"), dict)
+          and isinstance(data["packages"].get("paddlelite"), str))
+    return data if ok else None       # a damaged manifest: no managed toolchain
 
 
 @functools.lru_cache(maxsize=8)
@@ -209,6 +221,8 @@ def find_python310(explicit: str | None = None) -> str:
 def install_lite(python: str | None = None, log: Callable[[str], None] = lambda m: None,
                  pip_args: tuple[str, ...] = ("-q",)) -> dict:
     """Create (or re-create) the managed Lite environment; return its manifest."""
+    where, chosen_by = toolchains_choice()
+    writable_dir(where, chosen_by, what="toolchains directory")
     base = find_python310(python)
     root = lite_dir()
     if root.exists():

@@ -125,6 +125,5 @@ def cmd_cache(args) -> int:
         n = c.clear()
         print(f"removed {n} cache entries from {c.root}")
     else:
-        n = sum(1 for _ in c.root.glob("*/*")) if c.root.exists() else 0
-        print(f"{c.root}: {n} entries")
+        print(f"{c.root}: {c.count()} entries")
     return ExitCode.OK

@@ -113,7 +113,7 @@ def _local_path(value: str | None, base: Path) -> str | None:
 
 def load_inventory(explicit: str | os.PathLike | None = None) -> Inventory:
     path = find_inventory(explicit)
-    data = read_toml(path)
+    data = read_toml(path, "device inventory")
     top = parse_model(_InventoryFile, data, str(path))
     devices: dict[str, Device] = {}
     for name, entry in top.devices.items():

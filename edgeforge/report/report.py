@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import ConfigError
-from ..fsutil import json_safe, write_files_atomic
+from ..fsutil import json_safe, writable_dir, write_files_atomic
 from .compare import ALPHA, MIN_CHANGE, compare
 from .pairing import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results
@@ -22,8 +22,9 @@ MARKDOWN, HTML, SUMMARY = "report.md", "report.html", "summary.json"
 _FINGERPRINT_EXTRAS = ("arch", "os", "cpu_max_mhz", "mem_total_mb", "emulated")
 
 
-def write_report(result_files: list[Path], out_dir: Path) -> dict:
-    """Load ``result_files`` (files or directories), write the three report files into ``out_dir``.
+def write_report(result_files: list[Path], out_dir: Path, *, chosen_by: str = "--out") -> dict:
+    """Load ``result_files`` (files or directories), write the three report files into ``out_dir``
+    (checked first by :func:`edgeforge.fsutil.writable_dir`; ``chosen_by`` names the flag).
 
     Returns ``{"markdown": path, "html": path, "summary_json": path, "summary": dict}``.
     """
@@ -40,13 +41,15 @@ def write_report(result_files: list[Path], out_dir: Path) -> dict:
     loaded = load_results(bench_files, on_skip=on_skip) if bench_files or not loads else []
     results = [r for _, r in loaded]
     summary = json_safe({**build_summary(loaded, skipped), "load": load_summary(loads)})
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"the report directory {out} is a file")
+    out = writable_dir(out_dir, chosen_by, what="report directory")
     paths = {"markdown": out / MARKDOWN, "html": out / HTML, "summary_json": out / SUMMARY}
-    write_files_atomic({paths["markdown"]: render_markdown(summary),
-                        paths["html"]: render_html(summary, results),
-                        paths["summary_json"]: json.dumps(summary, indent=2, allow_nan=False) + "\n"})
+    files = {paths["markdown"]: render_markdown(summary), paths["html"]: render_html(summary, results),
+             paths["summary_json"]: json.dumps(summary, indent=2, allow_nan=False) + "\n"}
+    try:
+        write_files_atomic(files)
+    except OSError as exc:              # a full disk: the old report is as it was
+        raise ConfigError(f"{chosen_by} {out}: cannot write the report ({exc.strerror or exc})",
+                          hint="any report there before is as it was") from None
     return {**paths, "summary": summary}
 
 
