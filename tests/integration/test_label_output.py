@@ -85,3 +85,22 @@ def test_label_output_past_the_last_is_a_config_error(project, tmp_path):
     _set(project, 2)
     with pytest.raises(ConfigError, match=r"label_output = 2, but the model has 2 output"):
         api.build(project, "linux-x86", precision="fp32", out=tmp_path / "bad")
+
+
+def test_label_output_past_a_one_output_model_is_exit_2_before_quantize(tmp_path):
+    """issue 23: `label_output = 5` on a one-output model was an IndexError inside
+    quantize.onnx (exit 3); it is exit 2 naming the key, right after export."""
+    from helpers import run_cli
+    from test_errors import assert_clean_failure
+
+    src = "import paddle\n\n\ndef build():\n    paddle.seed(0)\n    return paddle.nn.Linear(4, 3)\n"
+    root = tiny_project(tmp_path / "proj", "one-out", src, [-1, 4], samples=16)
+    with np.load(root / "data" / "eval.npz") as z:
+        x = z["x"]
+    np.savez(root / "data" / "eval.npz", x=x, labels=(np.arange(len(x)) % 3).astype("int64"))
+    _set(root, 5)
+    out = tmp_path / "out"
+    res = run_cli("build", str(root), "--target", "linux-x86", "--out", str(out))
+    assert_clean_failure(res, 2, f"{root.resolve() / 'edgeforge.toml'}: [data] label_output = 5, "
+                         "but the model has 1 output(s)", "use 0 to 0", out=out)
+    assert "quantize" not in res.stderr and "IndexError" not in res.stderr

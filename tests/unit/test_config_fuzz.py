@@ -1,8 +1,11 @@
 """issue 19: random and mutated edgeforge.toml, devices.toml and target TOML thrown at the
 loaders through the CLI (``edgeforge.cli.main``, in-process): never a traceback, never an
-exit code outside the documented set (0-4, 130; 70 is a bug), at most one ``error:`` line."""
+exit code outside the documented set (0-4, 130; 70 is a bug), at most one ``error:`` line.
+issue 23: the same as bytes: not UTF-8 (latin-1, UTF-16, cut or inserted bytes) and byte order
+marks; a UTF-8 BOM on a valid file changes nothing."""
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import json
@@ -155,3 +158,75 @@ def test_target_toml(text):
         (Path(d) / "rpi4.toml").write_text(text, errors="surrogatepass")
         _check(*_cli("targets", "show", "rpi4", env={"EDGEFORGE_TARGETS": d}))
         _check(*_cli("targets", env={"EDGEFORGE_TARGETS": d}))
+
+
+# ---------------------------------------------------------------- bytes (issue 23)
+
+BOMS = [codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE]
+
+
+@st.composite
+def mutated_bytes(draw, base: str):
+    """``base`` (or a mutation of it) as bytes that are often not UTF-8: another encoding, a
+    byte order mark (once, twice, mid-file), bytes inserted or a multi-byte sequence cut."""
+    text = draw(st.one_of(st.just(base), mutated(base)))
+    data = text.encode("utf-8", "surrogatepass")
+    op = draw(st.sampled_from(["bom", "bom-twice", "bom-inside", "utf16", "latin1", "insert", "cut"]))
+    if op == "bom":
+        return draw(st.sampled_from(BOMS)) + data
+    if op == "bom-twice":
+        return codecs.BOM_UTF8 * 2 + data
+    if op == "bom-inside":
+        i = draw(st.integers(0, len(data)))
+        return data[:i] + codecs.BOM_UTF8 + data[i:]
+    if op == "utf16":
+        return text.encode(draw(st.sampled_from(["utf-16", "utf-16-be", "utf-32"])), "surrogatepass")
+    if op == "latin1":
+        return (text + draw(st.text(st.characters(min_codepoint=0xa0, max_codepoint=0xff), min_size=1,
+                                    max_size=4))).encode("latin-1", "replace")
+    if op == "insert":
+        i = draw(st.integers(0, len(data)))
+        return data[:i] + draw(st.binary(min_size=1, max_size=8)) + data[i:]
+    cut = (text + "é€😀").encode("utf-8")
+    return cut[:-draw(st.integers(1, 3))]
+
+
+@SETTINGS
+@given(mutated_bytes(PROJECT))
+def test_edgeforge_toml_bytes(data):
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "edgeforge.toml").write_bytes(data)
+        code, out = _cli("build", d, "--target", "rpi4", "--out", str(Path(d) / "out"))
+        _check(code, out)
+        assert code == 2, out
+
+
+@SETTINGS
+@given(mutated_bytes(DEVICES))
+def test_devices_toml_bytes(data):
+    with tempfile.TemporaryDirectory() as d:
+        inv = Path(d) / "devices.toml"
+        inv.write_bytes(data)
+        _check(*_cli("devices", "--inventory", str(inv)))
+        _check(*_cli("devices", "--inventory", str(inv), "--json"))
+
+
+@SETTINGS
+@given(mutated_bytes(TARGET))
+def test_target_toml_bytes(data):
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "rpi4.toml").write_bytes(data)
+        _check(*_cli("targets", "show", "rpi4", env={"EDGEFORGE_TARGETS": d}))
+        _check(*_cli("targets", env={"EDGEFORGE_TARGETS": d}))
+
+
+def test_a_utf8_bom_changes_nothing():
+    with tempfile.TemporaryDirectory() as d:
+        for name, text, argv, env in [
+                ("devices.toml", DEVICES, ("devices", "--inventory", str(Path(d) / "devices.toml"), "--json"), {}),
+                ("rpi4.toml", TARGET, ("targets", "show", "rpi4", "--json"), {"EDGEFORGE_TARGETS": d})]:
+            path = Path(d) / name
+            path.write_bytes(text.encode())
+            plain = _cli(*argv, env=env)
+            path.write_bytes(codecs.BOM_UTF8 + text.encode())
+            assert _cli(*argv, env=env) == plain and plain[0] == 0, plain
