@@ -99,6 +99,32 @@ def make_result(**spec) -> dict:
     }
 
 
+def make_load_result(**over) -> dict:
+    """One ``edgeforge.load/1`` result (three closed-loop levels, knee analysed); ``over``
+    replaces top-level keys."""
+    from edgeforge.results.knee import analyse
+    from edgeforge.results.load import LOAD_SCHEMA
+
+    levels = [{"mode": "closed", "sessions": "shared", "threads": 2, "batch": 1, "concurrency": k,
+               "rate": None, "completed": 100 * k, "errors": 0, "inferences_per_s": t,
+               "samples_per_s": t, "p50_ms": p / 2, "p90_ms": p * 0.8, "p99_ms": p, "max_ms": p * 1.5,
+               "cpu_util_pct": 50.0 * k, "peak_rss_mb": 70.0, "temp_c_before": None,
+               "temp_c_after": None, "samples_ms": [p / 2] * 5}
+              for k, t, p in ((1, 100.0, 2.0), (2, 190.0, 2.2), (4, 195.0, 4.0))]
+    r = {"schema": LOAD_SCHEMA, "status": "ok", "created_at": "2026-12-01T00:00:00+00:00",
+         "edgeforge_version": "0", "emulated": None,
+         "artifact": {"sha256": "ab" * 32, "name": "digits", "target": "linux-x86", "backend": "onnx",
+                      "precision": "int8"},
+         "device": {"name": "local", "fingerprint": {"cpu_model": "x", "kernel": "k", "governor": None,
+                                                     "temp_c_before": None, "temp_c_after": None,
+                                                     "load_avg": [0, 0, 0], "emulated": None}},
+         "runtime": {"name": "onnxruntime", "version": "1.23"},
+         "settings": {"duration_s": 0.5, "warmup_s": 0.1}, "levels": levels,
+         "analysis": analyse(levels, 3.0), "transfer": {"uploaded_bytes": 0, "seconds": 0}}
+    r.update(over)
+    return r
+
+
 def demo_results() -> dict[str, dict]:
     """A small fleet: digits INT8 and fp32 on a Pi 4 and a Jetson Orin, and an INT8 rerun."""
     return {

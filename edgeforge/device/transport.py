@@ -195,7 +195,9 @@ class SSHTransport:
                 return self.error(ConnectionLost, f"connection to {self.where} lost while {doing} ({text})")
             return self.error(SSHFailed, f"SSH failed while {doing}: {text}")
         if isinstance(exc, OSError):
-            return self.error(SSHFailed, f"{doing} failed on {self.where}: {exc.strerror or exc}")
+            from ..oserror import os_error_text
+
+            return self.error(SSHFailed, f"{doing} failed on {self.where}: {os_error_text(exc)}")
         return self.error(SSHFailed, f"{doing} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
     # ------------------------------------------------------------ connection

@@ -33,10 +33,25 @@ def junit_tree(gates: list[GateResult]) -> ET.ElementTree:
 
 
 def write_junit(gates: list[GateResult], path: str | Path) -> Path:
-    """Write the JUnit XML for ``gates`` to ``path`` atomically; return the path."""
+    """Write the JUnit XML for ``gates`` to ``path`` atomically; return the path. A path that
+    cannot be written is a ConfigError (exit 2) naming ``--junit`` and the file."""
+    from ..errors import ConfigError
+    from ..oserror import os_error_text
+
     path = Path(path)
+    fix = "pass --junit a file path in a writable directory"
+    if path.is_dir():
+        raise ConfigError(f"--junit {path}: is a directory, not a file", hint=fix)
+    above = path.parent
+    while not (above.exists() or above.is_symlink()) and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise ConfigError(f"--junit {path} is below {above}, which is not a directory", hint=fix)
     data = ET.tostring(junit_tree(gates).getroot(), encoding="utf-8", xml_declaration=True)
-    write_files_atomic({path: data + b"\n"})
+    try:
+        write_files_atomic({path: data + b"\n"})
+    except OSError as exc:
+        raise ConfigError(f"--junit {path}: cannot write it ({os_error_text(exc)})", hint=fix) from None
     return path
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..errors import ConfigError, ResultError
-from ..results.schema import SCHEMA, BenchResult, read_json
+from ..results.schema import SCHEMA, BenchResult, document_kind, read_json
 
 # Our own other documents: skipped when met while scanning a directory, refused when named.
 _OTHER_EDGEFORGE_SCHEMAS = ("edgeforge.report/", "edgeforge.build/", "edgeforge.load/",
                            "edgeforge.deploy/")  # see loadcurve
+LOAD = "edgeforge.load/1"
 
 
 def validate_result(obj, source: str = "result") -> dict:
@@ -47,6 +48,7 @@ def load_results(paths: Iterable[str | Path],
         raise ConfigError("no result files given")
     out: list[tuple[Path, dict]] = []
     seen: set[Path] = set()
+    others: dict[str, int] = {}          # our other documents skipped, by kind
     for given in paths:
         if given.is_dir():
             found = [f for f in sorted(given.rglob("*.json"))
@@ -57,6 +59,8 @@ def load_results(paths: Iterable[str | Path],
                 obj = read_json(f)
                 schema = obj.get("schema") if isinstance(obj, dict) else None
                 if isinstance(schema, str) and schema.startswith(_OTHER_EDGEFORGE_SCHEMAS):
+                    name = (document_kind(schema) or (schema,))[0]
+                    others[name] = others.get(name, 0) + 1
                     continue
                 if schema == SCHEMA and obj.get("status", "ok") != "ok":
                     if on_skip:
@@ -69,8 +73,16 @@ def load_results(paths: Iterable[str | Path],
             seen.add(given.resolve())
             out.append((given, load_result(given)))
     if not out:
-        raise ConfigError(f"no complete results in {', '.join(map(str, paths))}")
+        skipped = ", ".join(_count(n, kind.removeprefix("a ")) for kind, n in others.items())
+        raise ConfigError(f"no complete bench results in {', '.join(map(str, paths))}"
+                          + (f" (skipped {skipped})" if skipped else ""),
+                          hint=document_kind(LOAD)[2] if document_kind(LOAD)[0] in others else None)
     return out
+
+
+def _count(n: int, noun: str) -> str:
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{n} {noun if n == 1 else plural}"
 
 
 def _incomplete(obj: dict) -> str:

@@ -27,6 +27,7 @@ from typing_extensions import Self
 
 from ..errors import ResultError
 from ..fsutil import dumps_json, write_new_file
+from ..oserror import os_error_text
 
 SCHEMA = "edgeforge.bench/1"
 STATUSES = ("ok", "incomplete")
@@ -93,6 +94,32 @@ class Transfer(_Open):
     seconds: Any
 
 
+# edgeforge's own documents, by schema prefix: what each one is and which verbs read it (a
+# document given to a verb that reads another kind is named, not called an unknown schema)
+DOCUMENTS = {
+    "edgeforge.bench/": ("a bench result", "edgeforge bench", "gate, compare, profile and report read it"),
+    "edgeforge.load/": ("a load result", "edgeforge load",
+                        "gate a load run as it runs (edgeforge load BUILD_DIR --device NAME "
+                        "--min-throughput X --max-p99-ms Y); edgeforge report DIR shows it"),
+    "edgeforge.deploy/": ("a deploy record", "edgeforge deploy/rollback",
+                          "edgeforge releases NAME --device NAME lists what is deployed"),
+    "edgeforge.build/": ("a build manifest", "edgeforge build",
+                         "bench the build first: edgeforge bench BUILD_DIR --device NAME"),
+    "edgeforge.decision/": ("a --precision auto decision", "edgeforge build/run --precision auto",
+                            "it lies beside the chosen build's manifest.json; bench that build"),
+    "edgeforge.report/": ("a report summary", "edgeforge report", "give the results it was made from"),
+}
+
+
+def document_kind(schema: Any) -> tuple[str, str, str] | None:
+    """(what it is, what wrote it, what reads it) for one of edgeforge's own schema ids."""
+    if isinstance(schema, str):
+        for prefix, what in DOCUMENTS.items():
+            if schema.startswith(prefix):
+                return what
+    return None
+
+
 class Versioned(_Open):
     """A versioned result document: ``schema`` must be exactly :attr:`SCHEMA` (another version is
     refused before anything else is read), unknown extra keys are kept. Subclasses set
@@ -101,6 +128,7 @@ class Versioned(_Open):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
     SCHEMA: ClassVar[str]
     KIND: ClassVar[str] = "result"
+    NOUN: ClassVar[str | None] = None     # "bench result": what "not a ..." says (default KIND)
 
     schema_id: str = Field(alias="schema")
 
@@ -108,10 +136,15 @@ class Versioned(_Open):
     def check(cls, obj: Any, source: str | None = None) -> Self:
         """Parse ``obj`` (a decoded JSON document); ResultError naming the first problem."""
         source = source or cls.KIND
+        noun = cls.NOUN or cls.KIND
         if not isinstance(obj, dict):
-            raise ResultError(f"{source}: not a {cls.KIND.removesuffix(' result')} result "
-                              "(a JSON object is expected)")
+            raise ResultError(f"{source}: not a {noun} (a JSON object is expected)")
         schema = obj.get("schema")
+        other = document_kind(schema)
+        if schema != cls.SCHEMA and other is not None and not schema.startswith(cls.SCHEMA.split("/")[0] + "/"):
+            what, writer, readers = other
+            raise ResultError(f"{source}: {what} ({schema}, from {writer}), not a {noun}",
+                              hint=readers)
         if schema != cls.SCHEMA:
             raise ResultError(f"{source}: unknown {cls.KIND} schema {schema!r}",
                               hint=f"an unknown schema is refused; this edgeforge reads {cls.SCHEMA}")
@@ -130,6 +163,7 @@ class BenchResult(Versioned):
 
     SCHEMA: ClassVar[str] = SCHEMA
     KIND: ClassVar[str] = "result"
+    NOUN: ClassVar[str | None] = "bench result"
 
     status: Literal["ok", "incomplete"]
     artifact: ArtifactRef
@@ -187,10 +221,15 @@ def read_json(path: str | os.PathLike) -> Any:
     """A result file's JSON; ResultError when it is missing or not JSON."""
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ResultError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultError(f"{path}: no such file or directory") from None
+    except IsADirectoryError:
+        raise ResultError(f"{path}: a directory, not a result file",
+                          hint="name a result file (.json); report and gate also read a directory") from None
+    except OSError as exc:
+        raise ResultError(f"{path}: cannot be read ({os_error_text(exc, path)})") from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise ResultError(f"{path}: not valid JSON ({exc})") from None
 
 
