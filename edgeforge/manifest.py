@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import __version__
 from .cache import sha256_file
 from .errors import ConfigError
+from .fsutil import read_config_text
 
 BUILD_SCHEMA = "edgeforge.build/1"
 
@@ -93,9 +94,12 @@ def read_manifest(build_dir: str | Path) -> dict:
         raise ConfigError(f"{build_dir} is not an edgeforge build: no manifest.json",
                           hint="run `edgeforge build` first")
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(read_config_text(path, "build manifest"))
     except ValueError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ConfigError(f"{path}: not an edgeforge build manifest (a JSON {type(manifest).__name__})",
+                          hint="rebuild with `edgeforge build`")
     if manifest.get("schema") != BUILD_SCHEMA:
         raise ConfigError(f"{path}: unknown schema {manifest.get('schema')!r}, "
                           f"this edgeforge reads {BUILD_SCHEMA}")

@@ -115,6 +115,16 @@ def test_toml_syntax_errors_name_the_file(tmp_path):
     assert_clean_failure(res, 2, f"device inventory {inv}: not valid TOML", "line 1")
 
 
+def test_a_build_manifest_that_is_not_an_object_or_not_utf8(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    for content, message in [(b"[1, 2]", "not an edgeforge build manifest (a JSON list)"),
+                             (b'{"schema": "caf\xe9"}', "not UTF-8 text: byte 0xe9 at offset 15")]:
+        (build / "manifest.json").write_bytes(content)
+        res = run_cli("bench", str(build), "--device", "nowhere")
+        assert_clean_failure(res, 2, str(build / "manifest.json"), message)
+
+
 # ---------------------------------------------------------------- targets
 
 def _target(tmp_path: Path, old: str, new: str) -> Path:
