@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import (AuthFailed, ConnectionLost, DeviceError, HostKeyRejected, NameNotResolved,
-                      SSHFailed, Unreachable)
+from ..errors import (AuthFailed, ConfigError, ConnectionLost, DeviceError, HostKeyRejected,
+                      NameNotResolved, SSHFailed, Unreachable)
 from .inventory import Device
 
 KEEPALIVE_S = 5
@@ -213,8 +213,11 @@ class SSHTransport:
         connect_kwargs: dict = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout,
                                 "channel_timeout": self.connect_timeout}
         if dev.identity:
-            connect_kwargs.update(key_filename=[os.path.expanduser(dev.identity)], look_for_keys=False,
-                                  allow_agent=False)
+            key = os.path.expanduser(dev.identity)
+            if not os.path.isfile(key):     # the inventory's fault, not the device's: exit 2
+                raise ConfigError(f"device {dev.name}: identity {key}: no such file",
+                                  hint="fix identity in the device inventory")
+            connect_kwargs.update(key_filename=[key], look_for_keys=False, allow_agent=False)
         try:
             conn = Connection(dev.host, user=dev.user, port=dev.port,
                               connect_timeout=max(1, math.ceil(self.connect_timeout)),
