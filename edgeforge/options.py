@@ -26,6 +26,13 @@ from .targets import BackendKind, CalibrationAlgo, Precision, TargetProfile
 
 PathLike = Union[str, Path]
 RETRIES = 2                 # connect attempts after the first, for transient failures
+# The bounds of every number a caller gives (flags and library calls alike; the runner on the
+# device checks the same ones again): finite, and none absurdly large.
+MAX_SECONDS = 86400.0       # timeouts and waits: a day
+MAX_COUNT = 1_000_000       # timed runs, warm-ups, other counts
+MAX_THREADS = 256           # runtime threads of one session (the runner's MAX_THREADS)
+MAX_RETRIES = 100
+_SECONDS = {"gt": 0, "le": MAX_SECONDS, "allow_inf_nan": False}
 
 
 class _Options(BaseModel):
@@ -48,7 +55,7 @@ class BuildOptions(_Options):
     precision: Optional[Precision] = None
     backend: Optional[BackendKind] = None
     algo: Optional[CalibrationAlgo] = None            # calibration algorithm (--calibration)
-    max_accuracy_drop: Optional[float] = Field(None, ge=0)   # INT8 budget, points (labels)
+    max_accuracy_drop: Optional[float] = Field(None, ge=0, le=100)   # INT8 budget, points (labels)
     min_cosine: Optional[float] = Field(None, gt=0, le=1)    # INT8 budget without labels
     keep_float: Optional[list[str]] = None            # layers kept in float
     calibration_search: bool = False
@@ -119,10 +126,10 @@ class GateOptions(_Options):
     """The quality gates asked for (None: not asked), read once from the flags
     (``edgeforge.cli._common.gate_options``) and passed down whole."""
 
-    max_accuracy_drop: Optional[float] = None     # points
-    max_p50_ms: Optional[float] = None
-    min_int8_speedup: Optional[float] = None      # x, vs fp32 of the same model and device
-    min_accelerated_nodes: Optional[float] = None  # share 0-1 on an accelerating provider
+    max_accuracy_drop: Optional[float] = Field(None, allow_inf_nan=False)     # points
+    max_p50_ms: Optional[float] = Field(None, allow_inf_nan=False)
+    min_int8_speedup: Optional[float] = Field(None, allow_inf_nan=False)      # x, vs fp32 of the same model
+    min_accelerated_nodes: Optional[float] = Field(None, allow_inf_nan=False)  # share 0-1, accelerating EPs
     force: bool = False                           # latency gates over emulated runs anyway
     junit: Optional[PathLike] = None              # also write JUnit XML here
 
@@ -136,14 +143,14 @@ class GateOptions(_Options):
 
 
 class BenchOptions(_Options):
-    runs: Optional[int] = Field(None, gt=0)               # timed runs (default: the target's)
+    runs: Optional[int] = Field(None, gt=0, le=MAX_COUNT)  # timed runs (default: the target's)
     warmups: Union[int, Literal["auto"], None] = None     # 'auto', a count, or the target's
-    timeout: Optional[float] = Field(None, gt=0)          # seconds for the run on the device
-    connect_timeout: Optional[float] = Field(None, gt=0)
-    threads: Optional[int] = Field(None, gt=0)            # override the build's runtime
+    timeout: Optional[float] = Field(None, **_SECONDS)    # seconds for the run on the device
+    connect_timeout: Optional[float] = Field(None, **_SECONDS)
+    threads: Optional[int] = Field(None, gt=0, le=MAX_THREADS)   # override the build's runtime
     power_mode: Optional[str] = None
-    wait: float = Field(0.0, ge=0)                        # seconds to wait for a held lease
-    retries: int = Field(RETRIES, ge=0)                   # connects after a transient failure
+    wait: float = Field(0.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)   # for a held lease
+    retries: int = Field(RETRIES, ge=0, le=MAX_RETRIES)   # connects after a transient failure
     trust_new_host: bool = False
     inventory: Optional[PathLike] = None
     results_dir: Optional[PathLike] = None
@@ -169,9 +176,9 @@ def parse_warmups(value) -> str | int:
         raise ConfigError(f"--warmups must be 'auto' or a count, not {value!r}")
     try:
         n = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"--warmups must be 'auto' or a count, not {value!r}") from None
-    if n < 0:
-        raise ConfigError("--warmups must be >= 0")
+    if not 0 <= n <= MAX_COUNT:
+        raise ConfigError(f"--warmups must be 'auto' or a count from 0 to {MAX_COUNT}, not {value!r}")
     return n
 

@@ -6,13 +6,14 @@ A verb module imports this and the library; never another verb module.
 from __future__ import annotations
 
 import argparse
+import math
 import textwrap
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode, GateFailed
-from ..options import GATE_NAMES, GateOptions
+from ..options import GATE_NAMES, MAX_COUNT, MAX_RETRIES, MAX_SECONDS, MAX_THREADS, GateOptions
 
 EXIT_CODES_HELP = """exit codes: 0 ok; 1 a quality gate failed (or a build failed verify);
 2 usage or configuration (nothing was benched); 3 a build pass failed;
@@ -66,38 +67,71 @@ def say_error(message: str) -> None:
 
 
 # ---------------------------------------------------------------- argument types
+# Every numeric flag of every verb goes through number() (one value) or numbers() (a comma
+# list): a finite int or float in its range, else one usage line that names the flag (argparse
+# prefixes "argument --flag:"), exit 2. nan, inf, negatives, absurdly large values and text are
+# refused the same way everywhere.
 
-def number(cast, what: str, allow_zero: bool):
-    """An argparse type: a number of ``cast`` that is > 0 (or >= 0), else a one-line ConfigError."""
-    bound = ">= 0" if allow_zero else "> 0"
+def _in_range(v, low, high, allow_zero) -> bool:
+    finite = isinstance(v, int) or math.isfinite(v)          # an int of 400 digits is no float
+    return finite and (v > low or (allow_zero and v == low)) and v <= high
 
+
+def _bounds(low, high, allow_zero) -> str:
+    def g(x):
+        return f"{x:.0f}" if float(x).is_integer() and abs(x) < 1e10 else f"{x:g}"
+    return f"{'>=' if allow_zero else '>'} {g(low)}, at most {g(high)}"
+
+
+def number(cast, what: str, allow_zero: bool = False, *, at_most: float, at_least: float = 0):
+    """An argparse type: one finite number of ``cast`` (int or float), > ``at_least`` (>= with
+    ``allow_zero``) and <= ``at_most``."""
     def parse(text: str):
         try:
-            v = cast(text)
-        except ValueError:
-            raise ConfigError(f"expected {what}, not {text!r}") from None
-        if v < 0 or (v == 0 and not allow_zero):
-            raise ConfigError(f"expected {what} {bound}, not {text!r}")
+            v = cast(str(text).strip())
+        except (TypeError, ValueError, OverflowError):
+            v = None
+        if v is None or not _in_range(v, at_least, at_most, allow_zero):
+            raise argparse.ArgumentTypeError(f"expected {what} {_bounds(at_least, at_most, allow_zero)}, "
+                                             f"not {text!r}")
         return v
 
+    parse.__name__ = what
     return parse
 
 
-positive_float = number(float, "seconds", allow_zero=False)
-positive_int = number(int, "a count", allow_zero=False)
-nonneg_float = number(float, "seconds", allow_zero=True)
-nonneg_int = number(int, "a count", allow_zero=True)
-points = number(float, "accuracy points", allow_zero=True)
+def numbers(cast, what: str, *, at_most: float, as_text: bool = False):
+    """An argparse type: a comma-separated list of ``cast`` numbers, each > 0 and <= ``at_most``;
+    a tuple (``as_text``: the text back, checked, for a verb that parses it later)."""
+    one = number(cast, what, at_most=at_most)
+
+    def parse(text: str):
+        items = [x for x in str(text).split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, not {text!r}")
+        try:
+            values = tuple(one(x) for x in items)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what} "
+                                             f"{_bounds(0, at_most, False)}, not {text!r}") from None
+        return ",".join(x.strip() for x in items) if as_text else values
+
+    parse.__name__ = what
+    return parse
 
 
-def cosine(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise ConfigError(f"--min-cosine: expected a cosine in (0, 1], not {text!r}") from None
-    if not 0 < v <= 1:
-        raise ConfigError(f"--min-cosine: expected a cosine in (0, 1], not {text!r}")
-    return v
+seconds = number(float, "seconds", at_most=MAX_SECONDS)                       # timeouts
+positive_float = seconds
+nonneg_float = number(float, "seconds", allow_zero=True, at_most=MAX_SECONDS)   # waits
+positive_int = number(int, "a count", at_most=MAX_COUNT)
+nonneg_int = number(int, "a count", allow_zero=True, at_most=MAX_COUNT)
+retries = number(int, "a count", allow_zero=True, at_most=MAX_RETRIES)
+threads = number(int, "a thread count", at_most=MAX_THREADS)
+points = number(float, "accuracy points", allow_zero=True, at_most=100)
+cosine = number(float, "a cosine", at_most=1)
+milliseconds = number(float, "milliseconds", allow_zero=True, at_most=3_600_000)
+speedup = number(float, "a speed-up factor", allow_zero=True, at_most=1000)
+share = number(float, "a share", allow_zero=True, at_most=1)
 
 
 # ---------------------------------------------------------------- shared flag groups
@@ -159,7 +193,7 @@ def add_session_flags(p) -> None:
     p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
                    help="wait up to S seconds for a device another bench holds "
                         "(default 0: report it busy, exit 4)")
-    p.add_argument("--retries", type=nonneg_int, default=RETRIES, metavar="N",
+    p.add_argument("--retries", type=retries, default=RETRIES, metavar="N",
                    help=f"connect again up to N times after a transient failure (refused, "
                         f"reset, timed out), backing off 0.5s, 1s, 2s, ... (default {RETRIES})")
     add_device_flags(p)
@@ -211,14 +245,14 @@ _NEEDS_GATE = "--junit needs a gate: --max-accuracy-drop, --max-p50-ms or --min-
 
 def add_gate_arguments(parser) -> None:
     grp = parser.add_argument_group("quality gates (exit 1 when one fails)")
-    grp.add_argument("--max-accuracy-drop", type=float, metavar="POINTS",
+    grp.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
                      help="fail a run whose accuracy drop exceeds POINTS percentage points")
-    grp.add_argument("--max-p50-ms", type=float, metavar="MS",
+    grp.add_argument("--max-p50-ms", type=milliseconds, metavar="MS",
                      help="fail a run whose median latency exceeds MS")
-    grp.add_argument("--min-int8-speedup", type=float, metavar="X",
+    grp.add_argument("--min-int8-speedup", type=speedup, metavar="X",
                      help="fail an int8 run less than X times faster (p50) than fp32 of the "
                           "same model on the same device")
-    grp.add_argument("--min-accelerated-nodes", type=float, metavar="SHARE",
+    grp.add_argument("--min-accelerated-nodes", type=share, metavar="SHARE",
                      help="fail an onnxruntime run with less than SHARE (0-1) of its nodes on an "
                           "accelerating execution provider (TensorRT, CUDA)")
     grp.add_argument("--junit", metavar="FILE", help="also write the gate results as JUnit XML")

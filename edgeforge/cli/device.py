@@ -15,8 +15,8 @@ from ..errors import ConfigError, ExitCode, GateFailed
 from ..report import fmt
 from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, bench_options,
                       build_options, check_gate_flags, console, escape,
-                      fleet_progress, gate_with_history, positive_int, results_history,
-                      say_error, step_progress, wrap)
+                      fleet_progress, gate_with_history, numbers, positive_int, results_history,
+                      say_error, step_progress, threads, wrap)
 from ._render import print_build_summary, print_decision
 from ._width import BORDER, clause_wrap, drop_to_fit, path_cells, short_id, table_width
 
@@ -35,7 +35,7 @@ def register(sub) -> None:
     b.add_argument("--device", metavar="NAME", help="one device by name (one build: a single bench, as before)")
     b.add_argument("--devices", metavar="SEL", help="devices by tag or name (comma-separated), or 'all'")
     b.add_argument("--jobs", type=positive_int, metavar="N", help="devices benched at once (default: all selected)")
-    b.add_argument("--threads", type=positive_int, metavar="N", help="runtime threads (default: the build's target)")
+    b.add_argument("--threads", type=threads, metavar="N", help="runtime threads (default: the build's target)")
     b.add_argument("--power-mode", metavar="MODE", help="runtime power mode (default: the build's target)")
     b.add_argument("--profile", action="store_true",
                    help="also record a per-op profile on the device (onnxruntime's node profiler, or "
@@ -61,7 +61,8 @@ def register(sub) -> None:
     w.add_argument("--target", required=True)
     w.add_argument("--backend", choices=["lite", "onnx"])
     w.add_argument("--precisions", metavar="P,...", help="comma-separated (default: fp32,int8)")
-    w.add_argument("--threads", metavar="N,...", help="comma-separated (default: 1, 2, 4, ... up to the target's cores)")
+    w.add_argument("--threads", type=numbers(int, "thread counts", at_most=256, as_text=True), metavar="N,...",
+                   help="comma-separated (default: 1, 2, 4, ... up to the target's cores)")
     w.add_argument("--power-modes", metavar="M,...", help="comma-separated (default: the target's runtime.power_modes)")
     w.add_argument("--out", metavar="DIR", help="parent directory of the builds (default: build/)")
     w.add_argument("--no-cache", action="store_true")

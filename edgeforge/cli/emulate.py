@@ -10,7 +10,7 @@ actions in :data:`ACTIONS`, :func:`run`.
 from __future__ import annotations
 
 from ..errors import ConfigError, ExitCode
-from ._common import console, escape, positive_int, step_progress
+from ._common import console, escape, number, step_progress
 
 ACTIONS = ("emulate", "setup")
 
@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
     g.add_argument("--cpu", metavar="MODEL", help="emulate start: QEMU CPU model, e.g. cortex-a72 (Pi 4), "
                                                    "cortex-a76 (Pi 5); default from --target")
     g.add_argument("--target", default="rpi4", metavar="NAME", help="emulate start: the device's target")
-    g.add_argument("--port", type=positive_int, metavar="N", help="emulate start: sshd port (default: a free one)")
+    g.add_argument("--port", type=number(int, "a TCP port", at_most=65535), metavar="N", help="emulate start: sshd port (default: a free one)")
     g.add_argument("--setup", action="store_true", help="emulate start: then run `devices setup` on it")
     g.add_argument("--purge", action="store_true", help="emulate stop: delete the unpacked rootfs too")
     g.add_argument("--package", action="append", metavar="REQ",

@@ -10,7 +10,10 @@ import argparse
 import json
 
 from ..errors import ConfigError
+from ..options import MAX_THREADS
 from ..report import fmt
+from ..runner.edgeforge_runner import (LOAD_MAX_DURATION_S, LOAD_MAX_RATE, LOAD_MAX_WARMUP_S, LOAD_MAX_WORKERS,
+                                       MAX_BATCH)
 from ._common import (
     EXIT_CODES_HELP,
     add_session_flags,
@@ -18,26 +21,15 @@ from ._common import (
     console,
     escape,
     number,
-    positive_float,
+    numbers,
     print_gates,
     step_progress,
     wrap,
 )
 
-_ms = number(float, "milliseconds", allow_zero=False)
-_ips = number(float, "inferences per second", allow_zero=False)
-
-
-def _list(cast, what):
-    def parse(text: str):
-        try:
-            values = [cast(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise ConfigError(f"expected comma-separated {what}, not {text!r}") from None
-        if not values or any(v <= 0 for v in values):
-            raise ConfigError(f"expected comma-separated {what} > 0, not {text!r}")
-        return tuple(values)
-    return parse
+_MAX_MS = 3_600_000.0         # an hour (device.load.MAX_SLO_MS)
+_ms = number(float, "milliseconds", at_most=_MAX_MS)
+_ips = number(float, "inferences per second", at_most=1e12)
 
 
 def register(sub) -> None:
@@ -54,19 +46,22 @@ def register(sub) -> None:
         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("build_dir", metavar="BUILD_DIR")
     p.add_argument("--device", required=True, metavar="NAME", help="device name in the inventory")
-    p.add_argument("--concurrency", type=_list(int, "counts"), default=(1, 2, 4, 8), metavar="K,...",
-                   help="concurrent requests (default 1,2,4,8)")
-    p.add_argument("--batch", type=_list(int, "counts"), default=(1,), metavar="B,...",
+    p.add_argument("--concurrency", type=numbers(int, "counts", at_most=LOAD_MAX_WORKERS), default=(1, 2, 4, 8),
+                   metavar="K,...", help="concurrent requests (default 1,2,4,8; at most the device's cap: "
+                                         "4 per core, at least 8, and no more 'own' sessions than "
+                                         "its memory holds at ~200 MB each; --force: up to "
+                                         f"{LOAD_MAX_WORKERS})")
+    p.add_argument("--batch", type=numbers(int, "counts", at_most=MAX_BATCH), default=(1,), metavar="B,...",
                    help="samples per request (default 1)")
-    p.add_argument("--threads", type=_list(int, "counts"), metavar="T,...",
+    p.add_argument("--threads", type=numbers(int, "counts", at_most=MAX_THREADS), metavar="T,...",
                    help="runtime threads per session (default: the build's)")
-    p.add_argument("--duration", type=positive_float, default=2.0, metavar="S",
-                   help="measured seconds per level (default 2)")
-    p.add_argument("--warmup", type=number(float, "seconds", allow_zero=True), metavar="S",
-                   help="seconds of load before each level is measured (default: duration/4, "
-                        "0.1 to 1)")
-    p.add_argument("--rate", type=_list(float, "rates"), metavar="QPS,...",
-                   help="open loop: Poisson arrivals at these rates (requests/s)")
+    p.add_argument("--duration", type=number(float, "seconds", at_most=LOAD_MAX_DURATION_S), default=2.0,
+                   metavar="S", help="measured seconds per level (default 2)")
+    p.add_argument("--warmup", type=number(float, "seconds", allow_zero=True, at_most=LOAD_MAX_WARMUP_S),
+                   metavar="S", help="seconds of load before each level is measured (default: "
+                                     "duration/4, 0.1 to 1)")
+    p.add_argument("--rate", type=numbers(float, "rates", at_most=LOAD_MAX_RATE), metavar="QPS,...",
+                   help=f"open loop: Poisson arrivals at these rates (requests/s, at most {LOAD_MAX_RATE:g})")
     p.add_argument("--sessions", choices=["shared", "own", "both"], default="both",
                    help="one session shared by the workers, one each, or both where the "
                         "runtime allows (default both; Paddle Lite: own)")
@@ -80,7 +75,9 @@ def register(sub) -> None:
     g.add_argument("--max-p99-ms", type=_ms, metavar="X",
                    help="fail a --rate level whose p99 exceeds X ms")
     g.add_argument("--junit", metavar="FILE", help="also write the gate results as JUnit XML")
-    g.add_argument("--force", action="store_true", help="gate emulated timings anyway")
+    g.add_argument("--force", action="store_true",
+                   help="gate emulated timings anyway; and go over the device's default "
+                        f"concurrency cap, up to {LOAD_MAX_WORKERS} workers")
     p.set_defaults(func=cmd_load, runs=None, warmups=None)
 
 
@@ -94,7 +91,8 @@ def cmd_load(args) -> int:
         raise ConfigError("--max-p99-ms gates p99 at a given rate: pass --rate QPS,...")
     plan = LoadPlan(concurrency=args.concurrency, batch=args.batch, threads=args.threads or (None,),
                     rates=args.rate or (), sessions=None if args.sessions == "both" else (args.sessions,),
-                    duration_s=args.duration, warmup_s=args.warmup, slo_p99_ms=args.slo_p99_ms).checked()
+                    duration_s=args.duration, warmup_s=args.warmup, slo_p99_ms=args.slo_p99_ms,
+                    force=args.force).checked()
     with step_progress(args.quiet) as on_step:
         outcome = load(args.build_dir, args.device, plan, bench_options(args), on_step=on_step)
     if args.json:

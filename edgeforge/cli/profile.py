@@ -7,7 +7,7 @@ QuantizeLinear/DequantizeLinear.
 from __future__ import annotations
 
 from ..errors import ExitCode
-from ._common import console, escape
+from ._common import console, escape, number
 
 
 def register(sub) -> None:
@@ -15,7 +15,8 @@ def register(sub) -> None:
                                        "or of two side by side")
     p.add_argument("a", metavar="RESULT", help="a bench result with a profile")
     p.add_argument("b", metavar="RESULT2", nargs="?", help="a second one (e.g. INT8 against the fp32 RESULT)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="op types shown (default 10)")
+    p.add_argument("--top", type=number(int, "a count", at_most=10_000), default=10, metavar="N",
+                   help="op types shown (default 10)")
     p.set_defaults(func=cmd_profile)
 
 

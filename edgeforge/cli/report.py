@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode
-from ._common import add_gate_arguments, console, enforce_gates, escape, gates_requested
+from ._common import add_gate_arguments, console, enforce_gates, escape, gates_requested, number
 from ._width import clause_wrap, drop_to_fit
 
 
@@ -23,8 +23,9 @@ def register(sub) -> None:
     c.add_argument("b", metavar="B.json", help="the run to judge against A")
     c.add_argument("--force", action="store_true",
                    help="compare runs from different device fingerprints or runtimes anyway")
-    c.add_argument("--alpha", type=float, metavar="P", help="significance level (default 0.05)")
-    c.add_argument("--min-change", type=float, metavar="PERCENT",
+    c.add_argument("--alpha", type=number(float, "a significance level", at_most=0.5), metavar="P",
+                   help="significance level (default 0.05)")
+    c.add_argument("--min-change", type=number(float, "percent", allow_zero=True, at_most=1000), metavar="PERCENT",
                    help="smallest p50 change called significant (default 1)")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON")
     c.set_defaults(func=cmd_compare)

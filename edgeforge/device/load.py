@@ -17,6 +17,7 @@ as an ``incomplete`` result, and raises the DeviceError (exit 4).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from ..options import BenchOptions
 from ..report.gates import GateResult
 from ..results.knee import analyse, figures, recommendation_line
 from ..results.load import LOAD_SCHEMA, write_load_result
+from ..runner.edgeforge_runner import (LOAD_MAX_ARRIVALS, LOAD_MAX_DURATION_S, LOAD_MAX_LEVELS, LOAD_MAX_RATE,
+                                       LOAD_MAX_TOTAL_S, LOAD_MAX_WARMUP_S, LOAD_MAX_WORKERS, MAX_BATCH,
+                                       MAX_THREADS, load_worker_cap)
 from .bench import Bench, BenchOutcome, Step, guarded
 from .inventory import load_inventory
 from .settings import resolve_settings
@@ -33,10 +37,23 @@ SESSIONS_FOR = {"onnx": ("shared", "own"), "lite": ("own",)}
 LEVEL_OVERHEAD_S = 3.0        # per level: session start, worker processes, a loaded device
 
 
+MAX_SLO_MS = 3_600_000.0      # an hour: an SLO (and a p99 gate) beyond it is a typo
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _counts(values, flag: str, most: int, what: str) -> None:
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most for v in values):
+        raise ConfigError(f"{flag} needs {what} from 1 to {most}, not {','.join(map(str, values)) or 'none'}")
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     """What to measure. ``threads`` None: the build's runtime threads. ``sessions`` None: every
-    mode the runtime allows (onnxruntime: shared and own; Paddle Lite: own)."""
+    mode the runtime allows (onnxruntime: shared and own; Paddle Lite: own). ``force``: more
+    workers than the device's default cap (4 per core, at least 8), up to LOAD_MAX_WORKERS."""
 
     concurrency: tuple[int, ...] = (1, 2, 4, 8)
     batch: tuple[int, ...] = (1,)
@@ -47,20 +64,35 @@ class LoadPlan:
     warmup_s: float | None = None
     slo_p99_ms: float | None = None
     seed: int = 1
+    force: bool = False
 
     def checked(self) -> LoadPlan:
-        for name in ("concurrency", "batch"):
-            if not getattr(self, name) or any(int(v) <= 0 for v in getattr(self, name)):
-                raise ConfigError(f"--{name} needs counts > 0")
-        if any(t is not None and t <= 0 for t in self.threads):
-            raise ConfigError("--threads needs counts > 0")
-        if any(r <= 0 for r in self.rates):
-            raise ConfigError("--rate needs rates > 0 (requests per second)")
-        if self.duration_s <= 0 or (self.warmup_s is not None and self.warmup_s < 0):
-            raise ConfigError("--duration must be > 0 seconds")
+        """The plan, or a ConfigError naming the flag: every number finite and in range, the
+        open loop's arrivals per level bounded. The device's own cap is checked once it is known
+        (:meth:`LoadRun.prepare`)."""
+        _counts(self.concurrency, "--concurrency", LOAD_MAX_WORKERS, "worker counts")
+        _counts(self.batch, "--batch", MAX_BATCH, "batch sizes")
+        _counts([t for t in self.threads if t is not None] or [1], "--threads", MAX_THREADS, "thread counts")
+        if not (_real(self.duration_s) and 0 < self.duration_s <= LOAD_MAX_DURATION_S):
+            raise ConfigError(f"--duration must be seconds > 0, at most {LOAD_MAX_DURATION_S:g}, "
+                              f"not {self.duration_s}")
+        if self.warmup_s is not None and not (_real(self.warmup_s) and 0 <= self.warmup_s <= LOAD_MAX_WARMUP_S):
+            raise ConfigError(f"--warmup must be seconds >= 0, at most {LOAD_MAX_WARMUP_S:g}, not {self.warmup_s}")
+        if any(not (_real(r) and 0 < r <= LOAD_MAX_RATE) for r in self.rates):
+            raise ConfigError(f"--rate needs rates > 0, at most {LOAD_MAX_RATE:g} requests/s, not "
+                              f"{','.join(map(str, self.rates))}")
+        span = self.warmup + self.duration_s
+        if self.rates and max(self.rates) * span > LOAD_MAX_ARRIVALS:
+            raise ConfigError(f"--rate {max(self.rates):g} for {span:g}s per level is over {LOAD_MAX_ARRIVALS} "
+                              "arrivals a level", hint="lower --rate or --duration")
+        if self.slo_p99_ms is not None and not (_real(self.slo_p99_ms) and 0 < self.slo_p99_ms <= MAX_SLO_MS):
+            raise ConfigError(f"--slo-p99-ms must be milliseconds > 0, at most {MAX_SLO_MS:g}, "
+                              f"not {self.slo_p99_ms}")
         bad = [s for s in self.sessions or () if s not in ("shared", "own")]
         if bad:
             raise ConfigError(f"--sessions: use shared, own or both, not {', '.join(bad)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer, not {self.seed!r}")
         return self
 
     @property
@@ -104,6 +136,10 @@ class LoadRun(Bench):
         super().__init__(build_dir, device, settings, opts, **kw)
         self.plan = plan.checked()
         self.levels = plan.levels(self.manifest["backend"], settings.threads)
+        n, per = len(self.levels), plan.warmup + plan.duration_s
+        if n > LOAD_MAX_LEVELS or n * per > LOAD_MAX_TOTAL_S:
+            raise ConfigError(f"{n} levels of {per:g}s are over the limits ({LOAD_MAX_LEVELS} levels, "
+                              f"{LOAD_MAX_TOTAL_S:g}s in all)", hint="use fewer levels or a shorter --duration")
         need = plan.estimate_s(len(self.levels))
         if need > settings.command_timeout_s:
             raise ConfigError(f"{len(self.levels)} levels of {plan.duration_s:g}s need about {need:.0f}s on "
@@ -114,8 +150,17 @@ class LoadRun(Bench):
         spec = super().spec(digests)
         for key in ("warmups", "runs", "drift", "runner", "benchmark_bin"):
             spec.pop(key, None)
-        spec.update(levels=self.levels, duration_s=self.plan.duration_s, warmup_s=self.plan.warmup)
+        spec.update(levels=self.levels, duration_s=self.plan.duration_s, warmup_s=self.plan.warmup,
+                    force=self.plan.force)
         return spec
+
+    def prepare(self, tr, digests: dict[str, str]) -> dict:
+        """The bench's file check, which also reads the device's cores and memory; then a level
+        with more workers than the device holds is refused (ConfigError, exit 2) before anything
+        is uploaded or started."""
+        info = super().prepare(tr, digests)
+        check_worker_cap(self.levels, info, self.manifest, self.plan.force, self.device.name)
+        return info
 
     def on_line(self, line: str) -> None:
         ev = self.partial.feed(line)
@@ -166,6 +211,22 @@ class LoadRun(Bench):
 
     def write(self, result: dict) -> Path:
         return write_load_result(self.results_dir, result)
+
+
+def check_worker_cap(levels: list[dict], device_info: dict, manifest: dict, force: bool, name: str) -> None:
+    """Refuse (ConfigError) a level with more concurrent workers than the device holds:
+    :func:`~edgeforge.runner.edgeforge_runner.load_worker_cap` of its cores and available memory
+    (``device_info``: what the file check read there), the artifact's size, ``force``."""
+    art_mb = float((manifest.get("artifact") or {}).get("size_bytes") or 0) / 1e6
+    cores, mem = device_info.get("cores"), device_info.get("mem_available_mb")
+    for lv in levels:
+        cap, why = load_worker_cap(lv["sessions"], cores, mem, art_mb, force=force)
+        if lv["concurrency"] > cap:
+            more = (f"--force goes up to {LOAD_MAX_WORKERS}" if not force and "default" in why
+                    else "it protects the device")
+            raise ConfigError(f"--concurrency {lv['concurrency']} ({lv['sessions']} sessions) is over what {name} "
+                              f"holds: at most {cap}, {why}",
+                              hint=f"use --concurrency {cap} or less; {more}")
 
 
 def recommendation_line_of(level: dict, what: str) -> str:

@@ -47,6 +47,13 @@ for rel in req["files"]:
         out["digests"][rel] = h.hexdigest()
     except OSError:
         out["digests"][rel] = None
+out["cores"] = os.cpu_count()      # what a load may start there (edgeforge.device.load)
+try:
+    with open("/proc/meminfo") as f:
+        mem = dict((ln.split(":")[0], int(ln.split()[1]) // 1024) for ln in f if ln.split()[1:2] and ln.split()[1].isdigit())
+    out["mem_total_mb"], out["mem_available_mb"] = mem.get("MemTotal"), mem.get("MemAvailable")
+except (OSError, ValueError, IndexError):
+    pass
 print("@@edgeforge-prepare " + json.dumps(out))
 '''
 

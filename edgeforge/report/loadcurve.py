@@ -9,12 +9,13 @@ marked, the SLO pick, beside the bench tables and plots.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
 from ..errors import ResultError
-from ..results.knee import describe, figures
+from ..results.knee import describe, figures, load_point, measured
 from ..results.load import is_load_document, read_load_result
 from . import fmt
 from .pairing import label, short
@@ -49,7 +50,12 @@ def split_load_paths(paths, on_skip: Callable[[Path, str], None] | None = None):
                     if on_skip:
                         on_skip(f, f"an incomplete load run ({obj.get('error') or obj.get('status')})")
                 else:
-                    loads.append((f, read_load_result(f)))
+                    try:
+                        loads.append((f, read_load_result(f)))
+                    except ResultError as exc:          # one bad file does not sink the directory
+                        if on_skip is None:
+                            raise
+                        on_skip(f, exc.one_line())
             if other:
                 rest.append(given)
         elif given.is_file() and is_load_document(_json(given)):
@@ -80,8 +86,30 @@ def load_summary(loads: list[tuple[Path, dict]]) -> list[dict]:
             "runtime": {"name": r["runtime"].get("name"), "version": r["runtime"].get("version")},
             "settings": r["settings"],
             "levels": [{k: lv.get(k) for k in _FIGURE_KEYS} for lv in r["levels"]],
-            "analysis": r["analysis"]})
+            "analysis": _analysis(r)})
     return out
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _analysis(r: dict) -> dict:
+    """The result's ``analysis`` as far as it holds together, for rendering: a file written by
+    another version or by hand (an SLO left null, a knee or pick that is no measured level, a
+    missing list) is reported with what it has, never a crash. A sound one comes back as it is."""
+    a = r.get("analysis") if isinstance(r.get("analysis"), dict) else {}
+    levels = r["levels"]
+
+    def level(i):
+        ok = isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(levels) and measured(levels[i])
+        return i if ok else None
+
+    knees = [dict(k, knee=level(k.get("knee"))) for k in a.get("knees") or [] if isinstance(k, dict)]
+    slo = a.get("slo_p99_ms") if _real(a.get("slo_p99_ms")) and a["slo_p99_ms"] > 0 else None
+    rec = a.get("recommendation")
+    rec = dict(rec, level=level(rec.get("level")), line=str(rec.get("line") or "")) if isinstance(rec, dict) else None
+    return {**a, "knees": knees, "slo_p99_ms": slo, "recommendation": rec}
 
 
 def _title(e: dict) -> str:
@@ -103,7 +131,8 @@ def _rows(e: dict) -> list[list[str]]:
             rows.append([f"{lv['sessions']}: {describe(lv)}", "skipped: " + lv["skipped"]] + [""] * 9)
             continue
         note = "SLO pick" if i == pick else "knee" if i in knees else ""
-        rows.append([f"{lv['sessions']}: {describe(lv)}", fmt.num(lv["inferences_per_s"], ".0f"), fmt.num(lv["samples_per_s"], ".0f"),
+        rows.append([f"{lv['sessions']}: {describe(lv)}", fmt.num(lv.get("inferences_per_s"), ".0f"),
+                     fmt.num(lv.get("samples_per_s"), ".0f"),
                      *[fmt.num(lv.get(k), ".3g") for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")],
                      str(lv.get("errors") or 0) + (f" (+{lv['unserved']} unserved)" if lv.get("unserved") else ""),
                      fmt.num(lv.get("cpu_util_pct"), ".0f"), fmt.num(lv.get("peak_rss_mb"), ".0f"), note])
@@ -117,16 +146,18 @@ _HEADER = ["level", "inf/s", "samples/s", "p50 ms", "p90 ms", "p99 ms", "max ms"
 def _verdicts(e: dict) -> list[str]:
     out = []
     for k in e["analysis"]["knees"]:
-        name = f"{k['sessions']} session{'s' if k['sessions'] == 'own' else ''}, threads {k['threads']}, batch {k['batch']}"
+        name = (f"{k.get('sessions')} session{'s' if k.get('sessions') == 'own' else ''}, "
+                f"threads {k.get('threads')}, batch {k.get('batch')}")
         if k["knee"] is None:
             out.append(f"No knee ({name}): throughput still grows by 10% or more at the last level.")
         else:
             lv = e["levels"][k["knee"]]
             out.append(f"Knee ({name}): {describe(lv)}: {figures(lv)}; beyond it throughput grows by less than "
                        f"{e['analysis'].get('knee_gain', 0.1) * 100:.0f}% while p99 rises.")
-    rec = e["analysis"].get("recommendation")
-    if rec:
-        out.append(f"Recommended for p99 <= {e['analysis']['slo_p99_ms']:g} ms: `{rec['line']}`.")
+    rec, slo = e["analysis"].get("recommendation"), e["analysis"].get("slo_p99_ms")
+    if rec and rec.get("line"):
+        out.append(f"Recommended for p99 <= {slo:g} ms: `{rec['line']}`." if slo is not None
+                   else f"Recommended: `{rec['line']}` (the result records no SLO).")
     if e["device"]["emulated"]:
         out.append(f"Emulated device ({e['device']['emulated']}): these timings are not performance figures.")
     return out
@@ -187,7 +218,7 @@ def curve_svg(e: dict) -> str | None:
         line, = ax.plot(xs, ys, marker="o", markersize=4, label=f"{sessions}, threads {threads}, batch {batch}")
         for i, x, y in zip(ix, xs, ys):
             lv = levels[i]
-            ax.annotate(f"{lv['rate']:g}/s" if mode == "open" else f"K={lv['concurrency']}", (x, y),
+            ax.annotate(load_point(lv).replace(" req/s", "/s") if mode == "open" else f"K={lv['concurrency']}", (x, y),
                         textcoords="offset points", xytext=(4, 3), fontsize=7, color=line.get_color())
             if i in knees:
                 ax.plot([x], [y], marker="o", markersize=13, markerfacecolor="none", markeredgewidth=1.5,

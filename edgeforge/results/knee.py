@@ -13,14 +13,20 @@ sessions, threads and batch, ordered by concurrency (closed loop) or rate (open 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 KNEE_GAIN = 0.10
 
 
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def measured(level: dict) -> bool:
-    """A level that ran and completed requests (not skipped)."""
-    return not level.get("skipped") and bool(level.get("completed")) and level.get("p99_ms") is not None
+    """A level that ran and completed requests (not skipped), with its throughput and p99."""
+    return (not level.get("skipped") and bool(level.get("completed")) and _real(level.get("p99_ms"))
+            and _real(level.get("inferences_per_s")))
 
 
 def series_key(level: dict) -> tuple:
@@ -30,7 +36,7 @@ def series_key(level: dict) -> tuple:
 
 def load_of(level: dict) -> float:
     """The offered load that orders a series: the rate in open loop, else the concurrency."""
-    if level.get("mode") == "open" and level.get("rate"):
+    if level.get("mode") == "open" and _real(level.get("rate")):
         return float(level["rate"])
     return float(level.get("concurrency") or 1)
 
@@ -77,7 +83,9 @@ def pick_slo(levels: list[dict], slo_p99_ms: float) -> int | None:
     return max(ok, key=lambda i: (levels[i]["inferences_per_s"], -levels[i]["p99_ms"]))
 
 
-def _rate(x: float) -> str:
+def _rate(x) -> str:
+    if not _real(x):
+        return "?"                  # a field a result file left null
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
 
 
@@ -89,26 +97,28 @@ def describe(level: dict) -> str:
     what = "session" if level.get("sessions") == "own" and k > 1 else "request"   # own: one session each
     if level.get("mode") == "open":
         parts.append(f"{k} {'processes' if what == 'session' else 'workers' if k != 1 else 'worker'} at "
-                     f"{_rate(float(level['rate']))} req/s")
+                     f"{_rate(level.get('rate'))} req/s")
     else:
         parts.append(f"{k} concurrent {what}{'s' if k != 1 else ''}")
     return ", ".join(parts)
 
 
-def _ms(x: float) -> str:
+def _ms(x) -> str:
+    if not _real(x):
+        return "?"
     return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
 
 
 def load_point(level: dict) -> str:
     """``3 concurrent requests`` or ``250 req/s``: where on its series a level is."""
     if level.get("mode") == "open":
-        return f"{_rate(float(level['rate']))} req/s"
+        return f"{_rate(level.get('rate'))} req/s"
     k = int(level.get("concurrency") or 1)
     return f"{k} concurrent request{'s' if k != 1 else ''}"
 
 
 def figures(level: dict) -> str:
-    return f"{_rate(level['inferences_per_s'])} inf/s at p99 {_ms(level['p99_ms'])} ms"
+    return f"{_rate(level.get('inferences_per_s'))} inf/s at p99 {_ms(level.get('p99_ms'))} ms"
 
 
 def recommendation_line(level: dict) -> str:
@@ -118,6 +128,8 @@ def recommendation_line(level: dict) -> str:
 
 def analyse(levels: list[dict], slo_p99_ms: float | None = None, gain: float = KNEE_GAIN) -> dict:
     """What a load result records under ``analysis``: the knees, and the SLO pick."""
+    if slo_p99_ms is not None and not (_real(slo_p99_ms) and slo_p99_ms > 0):
+        raise ValueError(f"slo_p99_ms must be a finite number of milliseconds > 0, not {slo_p99_ms}")
     out: dict = {"knee_gain": gain, "knees": knees(levels, gain), "slo_p99_ms": slo_p99_ms,
                  "recommendation": None}
     if slo_p99_ms is not None:

@@ -58,8 +58,8 @@ class Level(_Open):
 
 
 class LoadSettings(_Open):
-    duration_s: float = Field(gt=0)
-    warmup_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0, allow_inf_nan=False)
+    warmup_s: float = Field(ge=0, allow_inf_nan=False)
 
 
 class LoadResult(Versioned):

@@ -675,6 +675,9 @@ def bench(build_dir, spec):
     ``interrupted`` after whatever was measured, exit 130). The handlers are restored after."""
     import signal
 
+    refused = refuse_spec("bench", spec, build_dir)
+    if refused is not None:
+        return refused
     sigs = (signal.SIGTERM, signal.SIGINT)
     before = [signal.signal(sig, _raise_interrupted) for sig in sigs]
     try:
@@ -1057,6 +1060,144 @@ def _note_in_lease(lease):
         pass
 
 
+# ---------------------------------------------------------------- spec limits
+# What the runner refuses before it touches anything, whoever wrote the spec (a crafted build, an
+# older host): absurd counts, rates and durations, non-finite numbers, more load workers than the
+# device can hold. The host checks the same limits (edgeforge.device.load and edgeforge.options
+# import these) before anything is sent; this is the second line.
+
+LOAD_MAX_WORKERS = 256          # workers of one load level: the hard ceiling, --force included
+LOAD_WORKERS_PER_CORE = 4       # the default cap: 4 workers per core, and never under 8
+LOAD_MIN_CAP = 8
+LOAD_WORKER_MB = 200            # memory of one 'own' worker process (runtime + session), plus 2x the artifact
+LOAD_MEM_SHARE = 0.8            # of the device's memory the 'own' workers may take together
+LOAD_MAX_RATE = 10000.0         # open-loop arrivals per second
+LOAD_MAX_ARRIVALS = 1000000     # arrivals per level: rate x (warm-up + duration)
+LOAD_MAX_DURATION_S = 3600.0    # measured seconds per level
+LOAD_MAX_WARMUP_S = 600.0
+LOAD_MAX_LEVELS = 1000
+LOAD_MAX_TOTAL_S = 86400.0      # all the levels of one run, warm-ups included
+MAX_BATCH = 4096
+MAX_THREADS = 256               # runtime threads per session
+MAX_RUNS = 1000000              # timed runs (and warm-ups) of one bench
+MAX_DEADLINE_S = 2 * 86400.0
+
+
+def load_worker_cap(sessions, cores, mem_mb, artifact_mb=0.0, force=False):
+    """(the most workers a load level may run on a device with ``cores`` and ``mem_mb`` of memory
+    (None: unknown), why). Default: 4 per core, at least 8; ``force``: up to LOAD_MAX_WORKERS.
+    'own' sessions are a process each (~200 MB plus twice the artifact): never more than
+    LOAD_MEM_SHARE of the memory holds, ``force`` or not."""
+    if force:
+        cap, why = LOAD_MAX_WORKERS, "the hard ceiling"
+    else:
+        cap = min(LOAD_MAX_WORKERS, max(LOAD_MIN_CAP, LOAD_WORKERS_PER_CORE * int(cores or 1)))
+        why = "the default cap (%d per core on %s cores, at least %d)" % (LOAD_WORKERS_PER_CORE, cores or "?",
+                                                                          LOAD_MIN_CAP)
+    if sessions == "own" and mem_mb:
+        per = LOAD_WORKER_MB + 2.0 * max(0.0, float(artifact_mb or 0.0))
+        mem = max(1, int(LOAD_MEM_SHARE * float(mem_mb) // per))
+        if mem < cap:
+            cap, why = mem, "what %.0f MB of memory holds at %.0f MB per worker process" % (mem_mb, per)
+    return cap, why
+
+
+def _finite(v, low, high, low_ok=False):
+    """Whether ``v`` is a real number (not a bool) in (low, high], or [low, high] with ``low_ok``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        return False
+    return (v >= low if low_ok else v > low) and v <= high
+
+
+def _count(v, low, high):
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+def _check_common(spec):
+    rt = spec.get("runtime") or {}
+    if not isinstance(rt, dict):
+        return "runtime must be an object"
+    if rt.get("threads") is not None and not _count(rt["threads"], 1, MAX_THREADS):
+        return "runtime.threads %r: a count from 1 to %d" % (rt["threads"], MAX_THREADS)
+    if spec.get("deadline_s") is not None and not _finite(spec["deadline_s"], 0, MAX_DEADLINE_S):
+        return "deadline_s %r: seconds > 0, at most %g" % (spec["deadline_s"], MAX_DEADLINE_S)
+    return None
+
+
+def _check_bench(spec):
+    if spec.get("runs") is not None and not _count(spec["runs"], 1, MAX_RUNS):
+        return "runs %r: a count from 1 to %d" % (spec["runs"], MAX_RUNS)
+    w = spec.get("warmups", "auto")
+    if w is not None and w != "auto" and not _count(w, 0, MAX_RUNS):
+        return "warmups %r: 'auto' or a count from 0 to %d" % (w, MAX_RUNS)
+    return None
+
+
+def _check_level(lv, warmup_s, duration_s, cap):
+    if not isinstance(lv, dict):
+        return "not an object"
+    if lv.get("mode", "closed") not in ("closed", "open") or lv.get("sessions") not in ("shared", "own"):
+        return "mode must be closed or open, sessions shared or own"
+    k = lv.get("concurrency")
+    if not _count(k, 1, LOAD_MAX_WORKERS):
+        return "concurrency %r: a count from 1 to %d" % (k, LOAD_MAX_WORKERS)
+    most, why = cap(lv["sessions"])
+    if k > most:
+        return "concurrency %d is over %d, %s" % (k, most, why)
+    if not _count(lv.get("batch"), 1, MAX_BATCH):
+        return "batch %r: a count from 1 to %d" % (lv.get("batch"), MAX_BATCH)
+    if lv.get("threads") is not None and not _count(lv["threads"], 1, MAX_THREADS):
+        return "threads %r: a count from 1 to %d" % (lv["threads"], MAX_THREADS)
+    if lv.get("mode") == "open" or lv.get("rate") is not None:
+        rate = lv.get("rate")
+        if not _finite(rate, 0, LOAD_MAX_RATE):
+            return "rate %r: requests/s > 0, at most %g" % (rate, LOAD_MAX_RATE)
+        if rate * (warmup_s + duration_s) > LOAD_MAX_ARRIVALS:
+            return "rate %g for %gs is over %d arrivals" % (rate, warmup_s + duration_s, LOAD_MAX_ARRIVALS)
+    return None
+
+
+def _check_load(spec, build_dir):
+    d, w = spec.get("duration_s", 2.0), spec.get("warmup_s", 0.2)
+    if not _finite(d, 0, LOAD_MAX_DURATION_S):
+        return "duration_s %r: seconds > 0, at most %g" % (d, LOAD_MAX_DURATION_S)
+    if not _finite(w, 0, LOAD_MAX_WARMUP_S, low_ok=True):
+        return "warmup_s %r: seconds >= 0, at most %g" % (w, LOAD_MAX_WARMUP_S)
+    levels = spec.get("levels")
+    if not isinstance(levels, list) or not 1 <= len(levels) <= LOAD_MAX_LEVELS:
+        return "levels: a list of 1 to %d levels" % LOAD_MAX_LEVELS
+    if len(levels) * (d + w) > LOAD_MAX_TOTAL_S:
+        return "%d levels of %gs are over %gs in all" % (len(levels), d + w, LOAD_MAX_TOTAL_S)
+    fp = fingerprint()
+    try:
+        art_mb = os.path.getsize(os.path.join(build_dir, spec["artifact"]["path"])) / 1e6
+    except (KeyError, TypeError, OSError):
+        art_mb = 0.0
+
+    def cap(sessions):         # the memory the device has, not what is free now (the host checked that)
+        return load_worker_cap(sessions, fp.get("cores"), fp.get("mem_total_mb"), art_mb,
+                               force=spec.get("force") is True)
+
+    for i, lv in enumerate(levels):
+        bad = _check_level(lv, w, d, cap)
+        if bad:
+            return "levels[%d]: %s" % (i, bad)
+    return None
+
+
+def refuse_spec(command, spec, build_dir="."):
+    """Check a ``bench`` or ``load`` spec before anything runs; on an absurd value, one ``error``
+    event of kind ``usage`` and EXIT_USAGE, else None."""
+    if not isinstance(spec, dict):
+        bad = "the spec must be a JSON object"
+    else:
+        bad = _check_common(spec) or (_check_load(spec, build_dir) if command == "load" else _check_bench(spec))
+    if bad is None:
+        return None
+    emit("error", kind="usage", message="%s spec refused: %s" % (command, bad))
+    return EXIT_USAGE
+
+
 # ---------------------------------------------------------------- load (closed and open loop)
 #
 # ``load DIR --spec JSON``: the load generator, on the device. Per level of the spec
@@ -1067,6 +1208,9 @@ def _note_in_lease(lease):
 # thread-safe and releases the GIL); ``own``: K processes, a session each. Spinning is turned
 # off (session.intra_op.allow_spinning=0) whenever more than one request runs at a time.
 # Events: start, files, fingerprint (before), level (one per level), fingerprint (after), done.
+# Open-loop arrivals are made one at a time (_Arrivals): memory is constant in the rate and the
+# duration. A spec over the limits above is refused before anything runs (exit 2). SIGTERM or
+# SIGINT: the level in progress is dropped and its workers ended, then error (interrupted), exit 130.
 
 LOAD_MAX_SAMPLES = 4000       # raw latencies kept per level (evenly spaced); figures use all
 
@@ -1137,24 +1281,29 @@ def _load_call(spec, build_dir, threads, spinning, feeds):
     return lambda: pred(feeds)
 
 
-def _work(call, t_measure, t_end, arrivals=None, take=None, drain_s=0.0):
-    """One worker's loop. Closed (no ``arrivals``): back to back until ``t_end``. Open: serve
-    arrival times from ``take()`` (an index into ``arrivals``) until they pass ``t_end``, or
-    until the queue is ``drain_s`` behind. Latencies (s) of requests from ``t_measure`` on."""
+def _work(call, t_measure, t_end, arrivals=None, drain_s=0.0, stop=None):
+    """One worker's loop. Closed (no ``arrivals``): back to back until ``t_end``. Open: serve the
+    arrival times ``arrivals.take()`` hands out (an :class:`_Arrivals`, shared by the workers of a
+    session) until they run out, or until the queue is ``drain_s`` behind. ``stop`` (an Event):
+    leave after the request in progress. Latencies (s) of requests from ``t_measure`` on."""
     clock, lat, errors, first_error, last = time.perf_counter, [], 0, None, None
-    while True:
+    while stop is None or not stop.is_set():
         if arrivals is None:
             t0 = clock()
             if t0 >= t_end:
                 break
             start = t0
         else:
-            i = take()
-            if i >= len(arrivals) or arrivals[i] >= t_end:
+            start = arrivals.take()
+            if start is None:
                 break
-            start, t0 = arrivals[i], clock()
+            t0 = clock()
             if t0 < start:
-                time.sleep(start - t0)
+                if stop is not None:
+                    if stop.wait(start - t0):
+                        break
+                else:
+                    time.sleep(start - t0)
             elif t0 - start > drain_s:
                 break
         try:
@@ -1171,83 +1320,147 @@ def _work(call, t_measure, t_end, arrivals=None, take=None, drain_s=0.0):
 
 
 def _poisson(rate, t0, t_end, seed):
+    """Poisson arrival times at ``rate`` per second after ``t0``, before ``t_end``: a generator, so
+    memory does not grow with the rate or the duration."""
     import random
-    rng, t, out = random.Random(seed), t0, []
+    rng, t = random.Random(seed), t0
     while True:
         t += rng.expovariate(rate)
         if t >= t_end:
-            return out
-        out.append(t)
+            return
+        yield t
 
 
-def _load_threads(call, level, t0, warmup_s, duration_s):
+class _Arrivals:
+    """The open loop's queue: :func:`_poisson` times handed out one at a time, in order, to the
+    threads that share it. ``offered``: the arrivals from ``t_measure`` on; :meth:`finish` counts
+    the ones no worker took (it left when the queue fell ``drain_s`` behind)."""
+
+    def __init__(self, rate, t0, t_end, seed, t_measure=None):
+        import threading
+        self._next = _poisson(float(rate), t0, t_end, seed).__next__
+        self.t_measure = t0 if t_measure is None else t_measure
+        self.offered, self._done, self._lock = 0, False, threading.Lock()
+
+    def take(self):
+        with self._lock:
+            if self._done:
+                return None
+            try:
+                t = self._next()
+            except StopIteration:
+                self._done = True
+                return None
+            if t >= self.t_measure:
+                self.offered += 1
+            return t
+
+    def finish(self):
+        while self.take() is not None:
+            pass
+        return self.offered
+
+
+def _load_threads(call, level, t0, warmup_s, duration_s, stop):
     """K threads on one shared session; open loop: one FIFO queue of Poisson arrivals."""
-    import itertools
     import threading
     k, rate = int(level["concurrency"]), level.get("rate")
     t_measure, t_end = t0 + warmup_s, t0 + warmup_s + duration_s
-    arrivals = _poisson(float(rate), t0, t_end, level.get("seed", 1)) if rate else None
-    counter = itertools.count()
-    take = counter.__next__          # atomic under the GIL
+    arrivals = _Arrivals(rate, t0, t_end, level.get("seed", 1), t_measure) if rate else None
     out = [None] * k
 
     def worker(i):
-        out[i] = _work(call, t_measure, t_end, arrivals, take, duration_s)
+        out[i] = _work(call, t_measure, t_end, arrivals, duration_s, stop)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(k)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(k)]
     for t in threads:
         t.start()
-    return threads, out, arrivals, lambda: [t.join() for t in threads]
+    return threads, out, arrivals
+
+
+def _child_signals():
+    """In a worker process: SIGTERM and SIGINT end it at once (the runner's handlers are the
+    parent's), and it dies with the runner (Linux: PR_SET_PDEATHSIG), so none is left behind."""
+    import signal
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))       # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
 
 
 def _load_child(conn, spec, build_dir, level, feeds, index):
     """A worker process: its own session, its own Poisson stream (rate / K) in open loop."""
+    _child_signals()
     try:
         call = _load_call(spec, build_dir, level["threads"], level["spinning"], feeds)
         call()
         conn.send("ready")
         t0, warmup_s, duration_s = conn.recv()
         t_end = t0 + warmup_s + duration_s
-        arrivals, take = None, None
+        arrivals = None
         if level.get("rate"):
-            import itertools
-            arrivals = _poisson(float(level["rate"]) / int(level["concurrency"]), t0, t_end,
-                                (level.get("seed", 1) * 1000003 + index))
-            take = itertools.count().__next__
-        res = _work(call, t0 + warmup_s, t_end, arrivals, take, duration_s)
+            arrivals = _Arrivals(float(level["rate"]) / int(level["concurrency"]), t0, t_end,
+                                 (level.get("seed", 1) * 1000003 + index), t0 + warmup_s)
+        res = _work(call, t0 + warmup_s, t_end, arrivals, duration_s)
         res["providers"] = getattr(call, "providers", None)
-        res["offered"] = len([a for a in arrivals if a >= t0 + warmup_s]) if arrivals is not None else None
+        res["offered"] = arrivals.finish() if arrivals is not None else None
         conn.send(res)
     except Exception as exc:  # noqa: BLE001
         conn.send({"fatal": "%s: %s" % (type(exc).__name__, exc)})
     conn.close()
 
 
-def _load_processes(spec, build_dir, level, feeds, warmup_s, duration_s):
+def _load_processes(spec, build_dir, level, feeds, warmup_s, duration_s, procs):
+    """Start K worker processes (appended to ``procs`` as they start, so that the caller can end
+    them whatever happens); returns their pipes and the common start time."""
     import multiprocessing as mp
     ctx = mp.get_context("fork")
     k = int(level["concurrency"])
-    pipes, procs = [], []
+    pipes = []
     for i in range(k):
         mine, theirs = ctx.Pipe()
         p = ctx.Process(target=_load_child, args=(theirs, spec, build_dir, level, feeds, i), daemon=True)
         p.start()
+        procs.append(p)
         theirs.close()
         pipes.append(mine)
-        procs.append(p)
     fatal = None
     for c in pipes:
         msg = c.recv() if c.poll(120) else {"fatal": "a worker did not start within 120 s"}
         if msg != "ready":
             fatal = fatal or msg.get("fatal")
     if fatal:
-        for p in procs:
-            p.terminate()
         raise RuntimeError("load worker failed to start: %s" % fatal)
     t0 = time.perf_counter() + 0.05
     for c in pipes:
         c.send((t0, warmup_s, duration_s))
-    return procs, pipes, t0
+    return pipes, t0
+
+
+def _end_workers(procs, threads, stop):
+    """Stop a level's workers (the runner was stopped, or failed): threads leave after the run in
+    progress, processes are terminated, then killed; another signal meanwhile is ignored."""
+    import signal
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    before = [signal.signal(sig, signal.SIG_IGN) for sig in sigs]
+    stop.set()
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 2.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for sig, handler in zip(sigs, before):
+        signal.signal(sig, handler)
 
 
 def _percentiles(lat_s):
@@ -1260,40 +1473,49 @@ def _percentiles(lat_s):
 
 
 def load_level(spec, build_dir, level, feeds, warmup_s, duration_s):
-    """Run one level; returns its figures (see the module's load section)."""
+    """Run one level; returns its figures (see the module's load section). Stopped part-way (the
+    host's SIGTERM: :class:`Interrupted`, or a failure), it ends its workers before it raises."""
+    import threading
     level = dict(level)
     k, batch = int(level["concurrency"]), int(level["batch"])
     level["spinning"] = k == 1
     bfeeds = _load_feeds(feeds, batch)
     temp0 = temperature_c()
-    if level["sessions"] == "shared":
-        call = _load_call(spec, build_dir, level["threads"], level["spinning"], bfeeds)
-        call()
-        level["providers"] = getattr(call, "providers", None)
-        watch = _RssWatch([os.getpid()])
-        t0 = time.perf_counter() + 0.01
-        _, out, arrivals, join = _load_threads(call, level, t0, warmup_s, duration_s)
-    else:
-        procs, pipes, t0 = _load_processes(spec, build_dir, level, bfeeds, warmup_s, duration_s)
-        watch = _RssWatch([os.getpid()] + [p.pid for p in procs])
-        arrivals = None
-    time.sleep(max(0.0, t0 + warmup_s - time.perf_counter()))
-    cpu0 = _cpu_jiffies()
-    time.sleep(max(0.0, t0 + warmup_s + duration_s - time.perf_counter()))
-    cpu1 = _cpu_jiffies()
-    if level["sessions"] == "shared":
-        join()
-    else:
-        out = []
-        for p, c in zip(procs, pipes):
-            got = c.recv() if c.poll(duration_s + 120) else None
-            p.join(10)
-            if not isinstance(got, dict) or "fatal" in got:
-                why = got.get("fatal") if isinstance(got, dict) else "exit code %s" % p.exitcode
-                got = {"lat": [], "errors": 1, "error": "worker died: %s" % why, "last": None}
-            out.append(got)
-            level.setdefault("providers", got.get("providers"))
-    rss = watch.done()
+    stop, procs, threads, watch = threading.Event(), [], [], None
+    try:
+        if level["sessions"] == "shared":
+            call = _load_call(spec, build_dir, level["threads"], level["spinning"], bfeeds)
+            call()
+            level["providers"] = getattr(call, "providers", None)
+            watch = _RssWatch([os.getpid()])
+            t0 = time.perf_counter() + 0.01
+            threads, out, arrivals = _load_threads(call, level, t0, warmup_s, duration_s, stop)
+        else:
+            pipes, t0 = _load_processes(spec, build_dir, level, bfeeds, warmup_s, duration_s, procs)
+            watch = _RssWatch([os.getpid()] + [p.pid for p in procs])
+            arrivals = None
+        time.sleep(max(0.0, t0 + warmup_s - time.perf_counter()))
+        cpu0 = _cpu_jiffies()
+        time.sleep(max(0.0, t0 + warmup_s + duration_s - time.perf_counter()))
+        cpu1 = _cpu_jiffies()
+        if level["sessions"] == "shared":
+            for t in threads:
+                t.join()
+        else:
+            out = []
+            for p, c in zip(procs, pipes):
+                got = c.recv() if c.poll(duration_s + 120) else None
+                p.join(10)
+                if not isinstance(got, dict) or "fatal" in got:
+                    why = got.get("fatal") if isinstance(got, dict) else "exit code %s" % p.exitcode
+                    got = {"lat": [], "errors": 1, "error": "worker died: %s" % why, "last": None}
+                out.append(got)
+                level.setdefault("providers", got.get("providers"))
+    except BaseException:
+        _end_workers(procs, threads, stop)
+        raise
+    finally:
+        rss = watch.done() if watch is not None else None
     temp1 = temperature_c()
     lat = [x for o in out for x in o["lat"]]
     lasts = [o["last"] for o in out if o["last"] is not None]
@@ -1302,8 +1524,7 @@ def load_level(spec, build_dir, level, feeds, warmup_s, duration_s):
     errors = sum(o["errors"] for o in out)
     offered = None
     if level.get("rate"):
-        offered = (len([a for a in arrivals if a >= t_measure]) if arrivals is not None
-                   else sum(o.get("offered") or 0 for o in out))
+        offered = arrivals.finish() if arrivals is not None else sum(o.get("offered") or 0 for o in out)
     stride = max(1, -(-len(lat) // LOAD_MAX_SAMPLES))
     busy = None
     if cpu0 and cpu1 and cpu1[1] > cpu0[1]:
@@ -1321,7 +1542,28 @@ def load_level(spec, build_dir, level, feeds, warmup_s, duration_s):
 
 
 def load(build_dir, spec):
-    """The ``load`` command (see the section comment above for the events)."""
+    """The ``load`` command (see the section comment above for the events). A spec over the
+    limits is refused first (``refuse_spec``). SIGTERM/SIGINT (the host stopping it) end the
+    level in progress and its workers; the levels measured before are already out, then an
+    ``error`` event of kind ``interrupted``, exit 130."""
+    import signal
+    refused = refuse_spec("load", spec, build_dir)
+    if refused is not None:
+        return refused
+    sigs = (signal.SIGTERM, signal.SIGINT)
+    before = [signal.signal(sig, _raise_interrupted) for sig in sigs]
+    try:
+        return load_events(build_dir, spec)
+    except Interrupted:
+        emit("error", kind="interrupted", message="stopped by the host: the levels measured before are kept")
+        return EXIT_INTERRUPTED
+    finally:
+        for sig, handler in zip(sigs, before):
+            signal.signal(sig, handler)
+
+
+def load_events(build_dir, spec):
+    """The events of a load run, in order."""
     emit("start", pid=os.getpid(), runner_version=RUNNER_VERSION, time=time.time(), mode="load")
     _note_in_lease(spec.get("lease"))
     if spec.get("deadline_s") and hasattr(__import__("signal"), "alarm"):

@@ -27,11 +27,12 @@ def test_a_failed_run_is_counted_not_a_crash():
 
 def test_open_loop_waits_for_arrivals_and_counts_queueing():
     t0 = time.perf_counter() + 0.01
-    arrivals = runner._poisson(200.0, t0, t0 + 1.0, seed=7)
-    assert 150 < len(arrivals) < 250 and arrivals == sorted(arrivals)
-    take = iter(range(10 ** 6)).__next__
-    out = runner._work(lambda: time.sleep(0.008), t0, t0 + 1.0, arrivals, take, 0.2)
+    times = list(runner._poisson(200.0, t0, t0 + 1.0, seed=7))
+    assert 150 < len(times) < 250 and times == sorted(times)
+    arrivals = runner._Arrivals(200.0, t0, t0 + 1.0, seed=7)
+    out = runner._work(lambda: time.sleep(0.008), t0, t0 + 1.0, arrivals, 0.2)
     # 200/s against 8 ms of service: the queue grows (latency from arrival exceeds the service
     # time) until it is 0.2 s behind, when the worker leaves the rest unserved
-    assert len(out["lat"]) < len(arrivals)
+    assert len(out["lat"]) < len(times)
     assert max(out["lat"]) > 0.05 and min(out["lat"]) >= 0.008
+    assert arrivals.finish() == len(times)          # the same stream; the unserved ones counted too
