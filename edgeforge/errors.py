@@ -16,7 +16,7 @@ class ExitCode(IntEnum):
     PASS = 3            # a build pass failed
     DEVICE = 4          # a device failed
     INTERNAL = 70       # a bug in edgeforge (EX_SOFTWARE): report it
-    INTERRUPTED = 130   # Ctrl-C (128 + SIGINT)
+    INTERRUPTED = 130   # SIGINT (Ctrl-C), SIGTERM or SIGHUP: 128 + SIGINT for all three
 
 
 class EdgeforgeError(Exception):
@@ -37,6 +37,13 @@ class ConfigError(EdgeforgeError):
     """Bad input from the user: a project, a target, a flag, an inventory. Fix the input."""
 
     exit_code = ExitCode.USAGE
+
+
+class BuildInvalid(ConfigError):
+    """The build directory cannot be shipped as it is: its manifest or files fail validation
+    (checked before connecting), or the runner on the device refused them (an input name the
+    model or the reference data lacks, a reference file that does not fit). Rebuild it. The
+    device is not at fault: this never counts against its health, and is never retried."""
 
 
 class PassError(EdgeforgeError):
@@ -175,10 +182,30 @@ class SmokeFailed(GateFailed):
 
 
 class Interrupted(EdgeforgeError):
-    """Ctrl-C (SIGINT) stopped the command; what was measured so far is kept (the hint says
-    where). Exit 130, as for a KeyboardInterrupt."""
+    """SIGINT (Ctrl-C), SIGTERM or SIGHUP stopped the command; what was measured so far is kept
+    (the hint says where). Exit 130, as for a KeyboardInterrupt."""
 
     exit_code = ExitCode.INTERRUPTED
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside a device run (``edgeforge.cli.main`` installs the handler): it
+    takes KeyboardInterrupt's path, so every ``finally`` runs and the exit is 130 with one line.
+    ``signum``: the signal."""
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        super().__init__(signal_name(self.signum))
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM``, ``SIGINT`` ...; ``signal 99`` for one without a name."""
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class ResultError(ConfigError):

@@ -19,7 +19,10 @@ EXIT_CODES_HELP = """exit codes: 0 ok; 1 a quality gate failed (or a build faile
 2 usage or configuration (nothing was benched); 3 a build pass failed;
 4 a device failed (unreachable after retries, lost mid-run, busy, runner
 failed, marked unhealthy); 70 an internal error (a bug: please report it);
-130 interrupted.
+130 interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP (what was measured is
+kept as an -incomplete result, the device's runner is stopped, its lease
+released). A bad build (its manifest or files, also when the device's runner
+refuses them) is 2, never 4: it is not counted against the device's health.
 Precedence: 4 over 1 -- with several devices, the run goes on when one
 fails and every result is kept, gates are still evaluated (and --junit
 written) over the results that landed, but the exit code is 1 for a failed

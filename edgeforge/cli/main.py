@@ -6,15 +6,20 @@ modules are imported plainly: a broken one fails every command loudly, it never 
 
 Exit codes (:class:`edgeforge.errors.ExitCode`): 0 ok, 1 a quality gate failed, 2 usage or
 configuration, 3 a build pass failed, 4 a device failed, 70 an internal error (a bug in
-edgeforge, not in the input: re-run with --debug and report it), 130 interrupted.
+edgeforge, not in the input: re-run with --debug and report it), 130 interrupted: SIGINT
+(Ctrl-C), SIGTERM (``timeout``, a CI cancel, systemd) and SIGHUP alike. SIGTERM and SIGHUP take
+KeyboardInterrupt's path (:class:`edgeforge.errors.Stopped`), so cleanup runs and one line is
+printed; during a device run :mod:`edgeforge.device.interrupt` handles all three.
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 
-from ..errors import EdgeforgeError, ExitCode
+from ..errors import EdgeforgeError, ExitCode, Stopped, signal_name
 from . import _help, build, deploy, device, devices, load, profile, report, toolchain
 from ._common import Parser
 
@@ -45,16 +50,36 @@ def exit_code(exc: BaseException) -> ExitCode:
 def _message(exc: BaseException) -> str:
     if isinstance(exc, EdgeforgeError):
         return exc.one_line()
+    if isinstance(exc, Stopped):
+        return f"interrupted ({signal_name(exc.signum)})"
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
+        return "interrupted (SIGINT, Ctrl-C)"
     first = str(exc).splitlines()[0] if str(exc) else ""
     return (f"internal error {type(exc).__name__}: {first} "
             "(re-run with --debug and report it)")
 
 
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def stop_signals_raise() -> dict:
+    """SIGTERM and SIGHUP raise :class:`Stopped` (a KeyboardInterrupt) in the main thread, as
+    SIGINT does; one the process ignores (``nohup``) stays ignored. Returns the old handlers."""
+    old = {}
+    if threading.current_thread() is not threading.main_thread():
+        return old
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+            old[sig] = signal.signal(sig, _raise_stopped)
+    return old
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("EDGEFORGE_DEBUG") == "1"
+    old = stop_signals_raise()
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
@@ -63,6 +88,9 @@ def main(argv=None) -> int:
             traceback.print_exc()
         print(f"error: {_message(exc)}", file=sys.stderr)
         return int(exit_code(exc))
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -27,12 +27,12 @@ from typing import Callable
 
 from .. import __version__
 from ..cache import sha256_file
-from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Interrupted,
-                      Misconfigured, RunnerCrashed, RunnerTimeout, RuntimeMissing, Unhealthy)
+from ..errors import (ConfigError, ConnectionLost, DeviceError, Interrupted, Misconfigured,
+                      RunnerCrashed, RunnerTimeout, RuntimeMissing)
 from ..options import BenchOptions
 from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ..results.stats import summarize
-from .interrupt import StopOnSigint, interrupted, stop_runner
+from .interrupt import StopOnSignal, interrupted, stop_runner
 from .inventory import Device, load_inventory
 from .lease import Lease, iso, lease_ttl
 from .settings import (
@@ -49,6 +49,8 @@ from .settings import (
     results_dir_of,
     validate_build,
 )
+from .health import guarded     # its home was here: fleet, deploy and load import it from here
+from .runner_errors import runner_error
 from .transport import SSHTransport
 
 EVENT_PREFIX = "@@edgeforge "
@@ -79,7 +81,9 @@ class _Partial:
 
     @property
     def last(self) -> str:
-        return self.events[-1]["event"] if self.events else "nothing"
+        """The last event that is a step (an ``error`` event says why, not where)."""
+        steps = [e["event"] for e in self.events if e.get("event") != "error"]
+        return steps[-1] if steps else "nothing"
 
     def feed(self, line: str) -> dict | None:
         if not line.startswith(EVENT_PREFIX):
@@ -138,6 +142,7 @@ class Bench:
         self.partial = _Partial()
         self.transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [], "reused": []}
         self.remote_dir: str | None = None
+        self.stopped_by: int | None = None      # the signal that stopped the run (interrupt.py)
         if device.target != self.manifest["target"]:
             raise ConfigError(f"device {device.name} is a {device.target}, the build in {build_dir} is for "
                               f"{self.manifest['target']}",
@@ -235,7 +240,7 @@ class Bench:
         s = self.settings
         argv = [self.device.python, RUNNER_NAME, self.command, self.remote_dir, "--spec", json.dumps(self.spec(digests))]
         self.on_step("run", f"{RUNNER_NAME} on {self.device.name}")
-        stop = StopOnSigint(lambda done: stop_runner(self, tr, done))
+        stop = StopOnSignal(lambda done: stop_runner(self, tr, done))
         try:
             with stop:
                 r = tr.run(argv, cwd=self.remote_dir, timeout=s.command_timeout_s,
@@ -246,7 +251,8 @@ class Bench:
         except DeviceError:
             if stop.requested_at is None:
                 raise
-        if stop.requested_at is not None:       # Ctrl-C: the runner was stopped (interrupt.py)
+        if stop.requested_at is not None:       # a signal: the runner was stopped (interrupt.py)
+            self.stopped_by = stop.signum
             raise Interrupted("interrupted")
         # Lines the callback missed (none, normally) are in the full stdout.
         if not self.partial.events:
@@ -260,15 +266,8 @@ class Bench:
                              hint="raise --timeout, or lower --runs")
         self._raise_for_transport(r, f"running the bench (during {self._phase()})")
         err = self.partial.first("error")
-        if err:
-            kind = err.get("kind")
-            if kind == "digest":
-                raise self.error(DigestMismatch, f"files on the device do not match their sha256: {', '.join(err.get('files', []))}",
-                                 hint="they changed after the upload; re-run to upload them again")
-            if kind == "runtime-missing":
-                raise self.error(RuntimeMissing, f"runtime missing: {err.get('message')}",
-                                 hint="install it on the device or set python = ... in devices.toml")
-            raise self.error(RunnerCrashed, f"runner failed: {err.get('message')}")
+        if err:             # build/usage: BuildInvalid (exit 2, not the device's fault)
+            raise runner_error(self.device.name, self.build_dir, err)
         if r.exit_code != 0:
             if r.signal:
                 raise self.error(RunnerCrashed, f"runner crashed ({_signal_name(r.signal)}) during {self._phase()}"
@@ -416,7 +415,12 @@ class Bench:
             self.lease = Lease(tr, lease_ttl(self.settings.command_timeout_s), wait_s=self.wait_s, what=what,
                                on_step=self.on_step)
             self.on_step("lease", f"{self.device.workdir}/.lease")
-            self.lease.acquire()
+            try:
+                self.lease.acquire()
+            except KeyboardInterrupt:       # a signal mid-acquire: the device may have granted it
+                self.lease.held = True      # release is by token: a lease not ours stays
+                self.lease.release()
+                raise
             try:
                 self.on_step("check", f"sha256 of the files under {self.device.workdir}/{self.manifest['artifact']['sha256'][:12]}…")
                 info = self.prepare(tr, digests)
@@ -431,7 +435,7 @@ class Bench:
                 except Interrupted:
                     self.lease.release()
                     self.timing["finished_at"] = iso(time.time())
-                    raise interrupted(self) from None
+                    raise interrupted(self, self.stopped_by) from None
             finally:
                 self.lease.release()
         finally:
@@ -443,7 +447,17 @@ class Bench:
 
     def measured(self) -> bool:
         """Whether the runner reported a figure worth keeping in an incomplete result."""
-        return bool(self.partial.first("latency") or self.partial.first("drift"))
+        lat = self.partial.first("latency") or {}
+        return bool(lat.get("samples_ms") or self.partial.first("drift"))
+
+    def progress(self) -> str:
+        """How far the run got, for the message of an interrupted one: "after 3 of 100 timed
+        runs", else "during <phase>" (a subclass that measures something else may override it;
+        LoadRun's phase already counts its levels)."""
+        lat = self.partial.first("latency")
+        if lat is not None:
+            return f"after {len(lat.get('samples_ms') or [])} of {self.settings.runs} timed runs"
+        return f"during {self._phase()}"
 
     def write(self, result: dict) -> Path:
         return write_result(self.results_dir, result)
@@ -469,32 +483,3 @@ def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
     b = Bench(build_dir, dev, resolve_settings(manifest, dev, opts), opts, on_step=on_step,
               tags=tags)
     return guarded(inv.path, dev.name, b.run, enabled=opts.health)
-
-
-def guarded(inventory_path, name: str, fn, *, enabled: bool = True, store=None):
-    """Run ``fn()`` (a device's benches) under the device's health record: refuse an unhealthy
-    device, count a DeviceError that ``counts_against_health`` as a failure and a return as a
-    success."""
-    from .health import HealthStore, skip_note
-
-    if not enabled:
-        return fn()
-    store = store or HealthStore(inventory_path)
-    entry = store.unhealthy(name)
-    if entry:
-        raise Unhealthy(name, f"skipped: {skip_note(name, entry)}")
-    try:
-        out = fn()
-    except DeviceError as exc:
-        if not exc.counts_against_health:
-            raise
-        entry = store.record_failure(name, exc.detail)
-        if entry and entry.get("unhealthy") and entry.get("consecutive_failures") == store.threshold:
-            raise exc.restate(f"{exc.detail}; now marked unhealthy after "
-                              f"{store.threshold} consecutive failed benches",
-                              hint=(f"{exc.hint}; " if exc.hint else "")
-                                   + f"`edgeforge devices check {name}` clears the mark") from None
-        raise
-    store.record_success(name)
-    return out
-

@@ -28,6 +28,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..errors import DeviceError, Unhealthy
 from ..fsutil import write_json_atomic
 
 STATE_SCHEMA = "edgeforge.devices-state/1"
@@ -141,3 +142,32 @@ def skip_note(name: str, entry: dict) -> str:
     return (f"marked unhealthy since {entry.get('marked_at', '?')} after {entry.get('consecutive_failures', '?')} "
             f"consecutive failed benches (last: {entry.get('last_error', '?')}); "
             f"`edgeforge devices check {name}` clears the mark")
+
+
+def guarded(inventory_path, name: str, fn, *, enabled: bool = True, store=None):
+    """Run ``fn()`` (a device's benches) under the device's health record: refuse an unhealthy
+    device, count a DeviceError that ``counts_against_health`` as a failure and a return as a
+    success. Any other exception counts neither way: a bad build
+    (:class:`~edgeforge.errors.BuildInvalid`, exit 2), a bad flag, an interrupt are not the
+    device's fault."""
+    if not enabled:
+        return fn()
+    store = store or HealthStore(inventory_path)
+    entry = store.unhealthy(name)
+    if entry:
+        raise Unhealthy(name, f"skipped: {skip_note(name, entry)}")
+    try:
+        out = fn()
+    except DeviceError as exc:
+        if not exc.counts_against_health:
+            raise
+        entry = store.record_failure(name, exc.detail)
+        if entry and entry.get("unhealthy") and entry.get("consecutive_failures") == store.threshold:
+            raise exc.restate(f"{exc.detail}; now marked unhealthy after "
+                              f"{store.threshold} consecutive failed benches",
+                              hint=(f"{exc.hint}; " if exc.hint else "")
+                                   + f"`edgeforge devices check {name}` clears the mark") from None
+        raise
+    store.record_success(name)
+    return out
+

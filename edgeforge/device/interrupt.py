@@ -1,12 +1,18 @@
-"""Ctrl-C during a bench: stop the runner on the device within seconds, keep what it measured.
+"""A signal during a device run: stop the runner on the device within seconds, keep what it
+measured.
 
-While the runner runs, SIGINT does not raise (fabric would then wait for the remote command's
-output streams to close, i.e. for the whole run). The first Ctrl-C instead sends SIGTERM to the
-runner's pid (its ``start`` event; the same pid as the lease's ``runner.json``) over a second
-channel, then SIGKILL and a closed connection if it does not end. The runner reports the
-samples measured so far and exits; the bench writes them as an ``-incomplete`` result, releases
-the lease, and exits 130 (:class:`edgeforge.errors.Interrupted`). A second Ctrl-C raises
-KeyboardInterrupt at once.
+SIGINT (Ctrl-C), SIGTERM (``timeout``, a CI cancel, systemd) and SIGHUP (a closed terminal) are
+handled alike. While the runner runs, they do not raise (fabric would then wait for the remote
+command's output streams to close, i.e. for the whole run). The first one instead sends SIGTERM
+to the runner's pid (its ``start`` event; the same pid as the lease's ``runner.json``) over a
+second channel, then SIGKILL and a closed connection if it does not end. The runner reports the
+samples measured so far and exits; the run writes them as an ``-incomplete`` result, releases
+the lease, and exits 130 (:class:`edgeforge.errors.Interrupted`). A second signal raises
+KeyboardInterrupt (:class:`edgeforge.errors.Stopped`) at once. A signal the process ignores
+(``nohup``: SIGHUP) stays ignored.
+
+Outside a device run, ``edgeforge.cli.main`` turns SIGTERM and SIGHUP into
+:class:`~edgeforge.errors.Stopped`, KeyboardInterrupt's path: exit 130, one line.
 """
 from __future__ import annotations
 
@@ -15,38 +21,56 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import DeviceError, Interrupted
+from ..errors import DeviceError, Interrupted, Stopped, signal_name
 
 TERM_GRACE_S = 3.0      # SIGTERM, then SIGKILL after this long
 KILL_GRACE_S = 2.0      # then the connection is closed
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
-class StopOnSigint:
+def signal_label(signum: int | None) -> str:
+    """How an interrupted message names the signal: ``SIGINT, Ctrl-C``, ``SIGTERM``."""
+    if signum is None:
+        return "a signal"
+    name = signal_name(signum)
+    return f"{name}, Ctrl-C" if signum == signal.SIGINT else name
+
+
+class StopOnSignal:
     """A context manager around a remote run. ``stop(done)`` is called in a thread on the first
-    SIGINT (``done``: an Event set when the run returned). Outside the main thread it does
-    nothing (signals reach only the main thread)."""
+    of SIGINT, SIGTERM or SIGHUP (``done``: an Event set when the run returned); ``signum`` is
+    that signal. Outside the main thread it does nothing (signals reach only the main thread)."""
 
     def __init__(self, stop: Callable[[threading.Event], None]):
         self.stop = stop
         self.requested_at: float | None = None
+        self.signum: int | None = None
         self.done = threading.Event()
-        self._previous = None
+        self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> "StopOnSigint":
+    def __enter__(self) -> "StopOnSignal":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            for sig in STOP_SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue            # nohup and friends: the user asked for it to be ignored
+                self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
-    def _on_sigint(self, signum, frame) -> None:
+    def _on_signal(self, signum, frame) -> None:
         if self.requested_at is not None:
-            raise KeyboardInterrupt
+            raise Stopped(signum)
         self.requested_at = time.monotonic()
+        self.signum = signum
         threading.Thread(target=self.stop, args=(self.done,), daemon=True).start()
 
     def __exit__(self, *exc) -> None:
         self.done.set()
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
+
+
+StopOnSigint = StopOnSignal     # the name before SIGTERM and SIGHUP were handled too
 
 
 def stop_runner(bench, tr, done: threading.Event) -> None:
@@ -73,18 +97,16 @@ def stop_runner(bench, tr, done: threading.Event) -> None:
     tr.close()
 
 
-def interrupted(bench) -> Interrupted:
-    """The error to raise after a stopped run, with the samples so far written as an
-    ``-incomplete`` result (the hint names it)."""
-    lat = bench.partial.first("latency") or {}
-    n = len(lat.get("samples_ms") or [])
-    what = f"interrupted (Ctrl-C) after {n} of {bench.settings.runs} timed runs"
-    if not n:
-        return Interrupted(f"bench on {bench.device.name} {what}", hint="nothing was measured")
+def interrupted(bench, signum: int | None = None) -> Interrupted:
+    """The error to raise after a stopped run (``signum``: the signal that stopped it), with
+    what was measured so far written as an ``-incomplete`` result (the hint names it).
+    ``bench.progress()`` says how far the run got, ``bench.measured()`` whether to keep it."""
+    what = f"interrupted ({signal_label(signum)}) {bench.progress()}"
+    head = f"{bench.command} on {bench.device.name} {what}"
+    if not bench.measured():
+        return Interrupted(head, hint="nothing was measured")
     try:
         path = bench.write(bench.result("incomplete", what))
     except Exception as exc:  # noqa: BLE001 - the interrupt is the story; say why nothing was kept
-        return Interrupted(f"bench on {bench.device.name} {what}",
-                           hint=f"the samples could not be written: {exc}")
-    return Interrupted(f"bench on {bench.device.name} {what}",
-                       hint=f"the samples measured so far are in {path}")
+        return Interrupted(head, hint=f"what was measured could not be written: {exc}")
+    return Interrupted(head, hint=f"what was measured so far is in {path}")

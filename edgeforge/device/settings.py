@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Literal, Optional
+from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from ..config import describe
-from ..errors import ConfigError
+from ..errors import BuildInvalid, ConfigError
 from ..options import BenchOptions, parse_warmups
 from ..runner import RUNNER_FILE
+from .buildcheck import validate_build
 from .inventory import Device
+
+__all__ = ["validate_build"]      # the one check of a build directory lives in .buildcheck
 
 RUNNER_NAME = "edgeforge_runner.py"
 PREPARE_PREFIX = "@@edgeforge-prepare "
@@ -110,75 +109,6 @@ def resolve_settings(manifest: dict, device: Device, opts: BenchOptions | None =
     return settings
 
 
-class _ArtifactDoc(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    path: str
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")      # names the remote directory
-
-
-class _ReferenceDoc(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-    inputs: str
-    outputs: str
-
-
-class _ManifestDoc(BaseModel):
-    """The part of ``manifest.json`` (edgeforge.build/1) the device verbs read. A build
-    directory is input too (CI downloads one from another job): it is checked before use."""
-    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
-    schema_: str = Field(alias="schema", pattern=r"^edgeforge\.build/1$")
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    target: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    backend: Literal["lite", "onnx"]
-    precision: Literal["int8", "fp16", "fp32"]
-    artifact: _ArtifactDoc
-    reference: Optional[_ReferenceDoc] = None
-    runtime: dict = {}
-    target_profile: dict = {}
-
-
-PATH_FIELDS = ("artifact.path", "reference.inputs", "reference.outputs")
-
-
-def _field(manifest: dict, dotted: str):
-    value = manifest
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
-
-
-def validate_build(build_dir: Path, manifest: dict) -> None:
-    """The one check of a build directory before a device verb (bench, run, sweep, load, the
-    deploy verbs) uses it: ``manifest.json`` against its schema; every path in it relative, in
-    plain components (no ``..``: it also names the file's place under the remote release
-    directory, which it must not leave) and, symlinks resolved, inside ``build_dir``; the
-    artifact's sha256 (the remote directory's name) 64 hex digits. Else ConfigError (exit 2)
-    naming the field."""
-    where = Path(build_dir) / "manifest.json"
-    try:
-        _ManifestDoc.model_validate(manifest)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        raise ConfigError(f"{where}: field {field}: {describe(err)}",
-                          hint="not a manifest edgeforge wrote: rebuild with `edgeforge build`") from None
-    root = Path(build_dir).resolve()
-    for dotted in PATH_FIELDS:
-        rel = _field(manifest, dotted)
-        if rel is None:
-            continue
-        parts = PurePosixPath(rel).parts
-        if (not rel or "\\" in rel or PurePosixPath(rel).is_absolute() or rel.startswith("~")
-                or any(p in ("..", ".") for p in parts) or "\0" in rel):
-            raise ConfigError(f"{where}: field {dotted} = {rel!r} is not a relative path inside the "
-                              "build directory", hint="not a manifest edgeforge wrote: rebuild it")
-        resolved = (root / rel).resolve()
-        if resolved != root and root not in resolved.parents:
-            raise ConfigError(f"{where}: field {dotted} = {rel!r} leads outside the build directory "
-                              f"(to {resolved}, through a symlink)",
-                              hint="a build directory must hold its own files: rebuild it")
-
-
 def results_dir_of(opts: BenchOptions) -> Path:
     """Where results go: ``--results``, else ``$EDGEFORGE_RESULTS``, else ``results/``."""
     return Path(opts.results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
@@ -216,8 +146,8 @@ def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
     :func:`validate_build`)."""
     validate_build(build_dir, manifest)
     if manifest.get("reference") is None:
-        raise ConfigError(f"{Path(build_dir) / 'manifest.json'}: field reference is missing",
-                          hint="rebuild with `edgeforge build`")
+        raise BuildInvalid(f"{Path(build_dir) / 'manifest.json'}: field reference is missing",
+                           hint="rebuild with `edgeforge build`")
     art = manifest["artifact"]
     files = {art["path"]: build_dir / art["path"],
              manifest["reference"]["inputs"]: build_dir / manifest["reference"]["inputs"],
@@ -225,7 +155,7 @@ def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
              RUNNER_NAME: RUNNER_FILE}
     for rel, path in files.items():
         if not path.is_file():
-            raise ConfigError(f"{build_dir}: {rel} is missing", hint="rebuild with `edgeforge build`")
+            raise BuildInvalid(f"{build_dir}: {rel} is missing", hint="rebuild with `edgeforge build`")
     return files
 
 

@@ -15,7 +15,9 @@ Commands (the host runs them over SSH):
 
 ``bench`` prints one line per event, each ``@@edgeforge {json}``, flushed as it happens, so a
 host that loses the connection still holds what was measured before. Exit codes: 0 ok, 2 usage,
-3 a file does not match its sha256, 4 a runtime is missing, 5 the runtime failed.
+3 a file does not match its sha256, 4 a runtime is missing, 5 the runtime failed, 6 (smoke) the
+drift is over budget, 7 the build's own files do not fit its manifest (``error`` kind ``build``:
+the host blames the build, not the device), 130 stopped by a signal.
 """
 from __future__ import annotations
 
@@ -35,6 +37,12 @@ except ImportError:  # probe still reports the device; bench says numpy is missi
 RUNNER_VERSION = 4
 EVENT_PREFIX = "@@edgeforge "
 EXIT_OK, EXIT_USAGE, EXIT_DIGEST, EXIT_RUNTIME_MISSING, EXIT_RUNTIME_FAILED = 0, 2, 3, 4, 5
+EXIT_BUILD = 7
+
+
+class BuildFault(ValueError):
+    """The build's own files do not fit its manifest (an input name the reference data or the
+    model lacks, a reference file that does not load): the build is at fault, not the device."""
 
 
 # ---------------------------------------------------------------- predictors
@@ -339,15 +347,71 @@ def drift_metrics(outputs, reference, labels=None):
     return top
 
 
+def _load_npz(build_dir, rel):
+    try:
+        with np.load(os.path.join(build_dir, rel), allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception as exc:  # OSError, ValueError, zipfile.BadZipFile...: the file is the build's
+        raise BuildFault("reference file %s does not load: %s: %s" % (rel, type(exc).__name__, exc)) from exc
+
+
+def onnx_input_names(model_path):
+    """The main graph's inputs that are not initializers, read from the protobuf (no onnx package
+    on the device): GraphProto.input is field 11, initializer 5; ValueInfoProto/TensorProto names
+    are fields 1 and 8. None when the file cannot be parsed (the runtime then says why)."""
+    try:
+        with open(model_path, "rb") as fh:
+            buf = fh.read()
+        inputs, inits = [], set()
+        for field, (a, b) in _fields(buf, 0, len(buf)):
+            if field != 7:
+                continue
+            for f2, (c, d) in _fields(buf, a, b):
+                if f2 in (11, 5):
+                    want = 1 if f2 == 11 else 8
+                    for f3, (e, g) in _fields(buf, c, d):
+                        if f3 == want:
+                            name = buf[e:g].decode("utf-8", "replace")
+                            (inputs.append(name) if f2 == 11 else inits.add(name))
+                            break
+        return [n for n in inputs if n not in inits]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def load_reference(build_dir, manifest):
-    ref = manifest["reference"]
-    with np.load(os.path.join(build_dir, ref["inputs"]), allow_pickle=False) as z:
-        data = {k: z[k] for k in z.files}
+    """The reference inputs (by input name), float outputs and labels of a build. Raises
+    BuildFault when they do not fit the manifest (or, for ONNX, the model's input names)."""
+    try:
+        ref = manifest["reference"]
+        names = [i["name"] for i in manifest["inputs"]]
+        ins, outs_rel = ref["inputs"], ref["outputs"]
+    except (KeyError, TypeError) as exc:
+        raise BuildFault("the manifest lacks %s" % exc) from exc
+    data = _load_npz(build_dir, ins)
     labels = data.pop("labels", None)
-    with np.load(os.path.join(build_dir, ref["outputs"]), allow_pickle=False) as z:
-        outputs = [z["output_%d" % i] for i in range(len(z.files))]
-    names = [i["name"] for i in manifest["inputs"]]
-    return {k: data[k] for k in names}, outputs, labels
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise BuildFault("the reference inputs (%s) have no array for input(s) %s; they hold %s"
+                         % (ins, ", ".join(missing), ", ".join(sorted(data)) or "none"))
+    for spec in manifest["inputs"]:
+        arr, want = data[spec["name"]], spec.get("shape") or []
+        if spec.get("dtype") and str(arr.dtype) != spec["dtype"]:
+            raise BuildFault("input %s is %s in %s, the manifest says %s" % (spec["name"], arr.dtype, ins, spec["dtype"]))
+        if len(want) != arr.ndim or any(isinstance(w, int) and w > 0 and w != a for w, a in zip(want, arr.shape)):
+            raise BuildFault("input %s has shape %s in %s, the manifest says %s" % (spec["name"], list(arr.shape), ins, want))
+    out_data = _load_npz(build_dir, outs_rel)
+    keys = ["output_%d" % i for i in range(len(out_data))]
+    if not keys or sorted(keys) != sorted(out_data):
+        raise BuildFault("the reference outputs (%s) must be output_0, output_1, ...; they hold %s"
+                         % (outs_rel, ", ".join(sorted(out_data)) or "none"))
+    art = (manifest.get("artifact") or {}).get("path")
+    if manifest.get("backend") == "onnx" and art:
+        model = onnx_input_names(os.path.join(build_dir, art))
+        if model is not None and sorted(model) != sorted(names):
+            raise BuildFault("the manifest's inputs (%s) are not the model's (%s)"
+                             % (", ".join(names), ", ".join(model) or "none"))
+    return {k: data[k] for k in names}, [out_data[k] for k in keys], labels
 
 
 # ---------------------------------------------------------------- files
@@ -361,9 +425,13 @@ def sha256_file(path, chunk=1 << 20):
 
 
 def check_files(root, expected):
-    """Return the relative paths under ``root`` whose sha256 is not the expected one (or missing)."""
+    """Return the relative paths under ``root`` whose sha256 is not the expected one (or missing).
+    A path that is not plainly relative (absolute, ``..``) is a BuildFault: it would leave ``root``."""
     bad = []
     for rel, digest in sorted(expected.items()):
+        parts = str(rel).replace("\\", "/").split("/")
+        if not rel or os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
+            raise BuildFault("file name %r is not a relative path inside the build" % (rel,))
         path = os.path.join(root, rel)
         try:
             ok = sha256_file(path) == digest
@@ -682,8 +750,10 @@ def bench(build_dir, spec):
     before = [signal.signal(sig, _raise_interrupted) for sig in sigs]
     try:
         return bench_events(build_dir, spec)
-    except Interrupted:
-        emit("error", kind="interrupted", message="stopped by the host (Ctrl-C)")
+    except Interrupted as exc:
+        sig = exc.args[0] if exc.args else None
+        name = signal.Signals(sig).name if sig in set(signal.Signals) else "a signal"
+        emit("error", kind="interrupted", message="stopped by %s" % name)
         return EXIT_INTERRUPTED
     finally:
         for sig, handler in zip(sigs, before):
@@ -1613,8 +1683,17 @@ def spec_command(name, argv, fn):
     except ValueError as exc:
         emit("error", kind="usage", message="--spec is not JSON: %s" % exc)
         return EXIT_USAGE
+    return run_classified(fn, args.dir, spec)
+
+
+def run_classified(fn, *args):
+    """``fn(*args)``; an exception is one ``error`` event: kind ``build`` (exit 7) for a
+    BuildFault (the build's files), ``runtime`` (exit 5) for anything else."""
     try:
-        return fn(args.dir, spec)
+        return fn(*args)
+    except BuildFault as exc:
+        emit("error", kind="build", message=" ".join(str(exc).split())[:500])
+        return EXIT_BUILD
     except Exception as exc:  # noqa: BLE001 - reported to the host as one event
         import traceback
         traceback.print_exc()
@@ -1669,8 +1748,11 @@ def smoke(release_dir, spec):
         emit("error", kind="digest", files=bad, message="sha256 mismatch for %s" % ", ".join(bad))
         return EXIT_DIGEST
     emit("files", checked=sorted(spec.get("files", {})))
-    with open(os.path.join(release_dir, "manifest.json")) as fh:
-        manifest = json.load(fh)
+    try:
+        with open(os.path.join(release_dir, "manifest.json")) as fh:
+            manifest = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise BuildFault("the release's manifest.json does not load: %s" % exc) from exc
     try:
         if np is None:
             raise RuntimeMissing("numpy is not importable by %s" % sys.executable)
@@ -1701,13 +1783,10 @@ def smoke_main(argv):
     args = ap.parse_args(argv)
     try:
         spec = json.loads(args.spec)
-        return smoke(args.dir, spec)
-    except Exception as exc:  # noqa: BLE001 - reported to the host as one event
-        import traceback
-        traceback.print_exc()
-        emit("error", kind="runtime", message="%s: %s" % (type(exc).__name__, str(exc).splitlines()[0]
-                                                          if str(exc) else ""))
-        return EXIT_RUNTIME_FAILED
+    except ValueError as exc:
+        emit("error", kind="usage", message="--spec is not JSON: %s" % exc)
+        return EXIT_USAGE
+    return run_classified(smoke, args.dir, spec)
 
 
 # ---------------------------------------------------------------- command line

@@ -14,8 +14,9 @@ def run_cli_subprocess(*args, timeout=120, **kw):
                             env=env, **kw)
 
 
-def runner_processes(marker: str) -> list[int]:
-    """pids of on-device runner processes whose command line mentions ``marker``."""
+def runner_processes(marker: str, command: str = "bench") -> list[int]:
+    """pids of on-device runner processes (running ``command``: bench, load, smoke) whose command
+    line mentions ``marker``."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -25,6 +26,6 @@ def runner_processes(marker: str) -> list[int]:
         except OSError:
             continue
         text = [c.decode(errors="replace") for c in cmd]
-        if any(t.endswith("edgeforge_runner.py") for t in text) and "bench" in text and any(marker in t for t in text):
+        if any(t.endswith("edgeforge_runner.py") for t in text) and command in text and any(marker in t for t in text):
             pids.append(int(entry))
     return pids
