@@ -122,6 +122,14 @@ def check_out_dir(dest: Path) -> None:
     a file, a directory that cannot be written (read-only filesystem, permissions). Creates
     nothing."""
     dest = Path(dest)
+    try:
+        here = Path.cwd()
+    except OSError:
+        here = None
+    if here is not None and here.is_relative_to(os.path.abspath(dest)):
+        raise ConfigError(f"--out {dest} is {'' if here == Path(os.path.abspath(dest)) else 'above '}"
+                          "the current directory, which the build would replace",
+                          hint="run edgeforge from outside it, or choose another --out")
     if dest.is_symlink() or dest.exists():
         if dest.is_symlink() or not dest.is_dir() or not is_build_dir(dest):
             kind = "a directory" if dest.is_dir() and not dest.is_symlink() else (

@@ -96,7 +96,7 @@ def test_a_utf8_bom_is_accepted_by_every_loader(tmp_path):
     assert json.loads(res.stdout)["name"] == "rpi4"
 
 
-def test_a_directory_or_a_huge_file_as_inventory(tmp_path):
+def test_a_directory_a_huge_or_an_unreadable_file_as_inventory(tmp_path):
     d = tmp_path / "devices.toml"
     d.mkdir()
     res = run_cli("devices", "--inventory", str(d))
@@ -106,6 +106,8 @@ def test_a_directory_or_a_huge_file_as_inventory(tmp_path):
         fh.truncate(17 << 20)
     res = run_cli("devices", "--inventory", str(huge))
     assert_clean_failure(res, 2, f"device inventory {huge}: larger than 16 MB")
+    res = run_cli("devices", "--inventory", "/proc/self/mem")       # a file read() refuses
+    assert_clean_failure(res, 2, "device inventory /proc/self/mem: cannot be read (Input/output error)")
 
 
 def test_toml_syntax_errors_name_the_file(tmp_path):
@@ -316,6 +318,20 @@ def test_two_builds_into_one_out_take_turns(warm, tmp_path):
     assert m["precision"] in ("fp32", "fp16")
     assert not lock.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_out_that_holds_the_current_directory_is_refused(warm, tmp_path):
+    """`--out .` inside a previous build was exit 70 (the lock's and atomic_dir's empty name)."""
+    proj, cache = warm
+    first = tmp_path / "build"
+    assert run_cli("build", str(proj), *FP32, "--out", str(first), "-q",
+                   env={"EDGEFORGE_CACHE": str(cache)}).returncode == 0
+    before = sorted(p.name for p in first.iterdir())
+    for out, what in ((".", "is the current directory"), ("..", "is above the current directory")):
+        res = run_cli("build", str(proj), *FP32, "--out", out, cwd=first, env={"EDGEFORGE_CACHE": str(cache)})
+        assert_clean_failure(res, 2, f"--out {out} {what}, which the build would replace")
+    assert sorted(p.name for p in first.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
 
 
 def test_a_held_out_lock_times_out_with_exit_2(warm, tmp_path):
