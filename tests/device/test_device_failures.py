@@ -151,7 +151,7 @@ def test_runner_crash(cli, lab, builds):
         "    threading.Timer(0.5, faulthandler._sigsegv).start()\n")
     py = lab.script("python-crash", f'#!/bin/sh\nPYTHONPATH={hook} exec {sys.executable} "$@"\n')
     inv = lab.inventory(python=str(py))
-    code, _, err = _bench(cli, lab, builds.onnx, inv, "--runs", "100000000")
+    code, _, err = _bench(cli, lab, builds.onnx, inv, "--runs", "1000000")
     assert code == 4
     _one_error_line(err, "runner crashed (SIGSEGV)")
 
@@ -159,7 +159,7 @@ def test_runner_crash(cli, lab, builds):
 def test_runner_timeout_kills_the_remote_runner(cli, lab, builds):
     inv = lab.inventory()
     t0 = time.monotonic()
-    code, _, err = _bench(cli, lab, builds.onnx, inv, "--runs", "100000000", "--timeout", "3")
+    code, _, err = _bench(cli, lab, builds.onnx, inv, "--runs", "1000000", "--timeout", "3")
     assert time.monotonic() - t0 < 20
     assert code == 4
     _one_error_line(err, "runner timed out after 3s", "--timeout")
@@ -180,7 +180,7 @@ def test_sshd_killed_during_a_run(lab, builds, own_sshd, tmp_path):
     kept_bytes = kept.read_bytes()
 
     proc = run_cli_subprocess("bench", builds.onnx, "--device", "local", "--inventory", inv, "--results", results,
-                              "--runs", "100000000", "--timeout", "120", "-q")
+                              "--runs", "1000000", "--timeout", "120", "-q")
     try:
         deadline = time.monotonic() + 60
         pids = []
