@@ -222,11 +222,10 @@ def check_worker_cap(levels: list[dict], device_info: dict, manifest: dict, forc
     for lv in levels:
         cap, why = load_worker_cap(lv["sessions"], cores, mem, art_mb, force=force)
         if lv["concurrency"] > cap:
-            more = (f"--force goes up to {LOAD_MAX_WORKERS}" if not force and "default" in why
-                    else "it protects the device")
+            more = (f"; --force goes up to {LOAD_MAX_WORKERS}" if "default" in why
+                    else ", or --sessions shared (threads of one process)" if "memory" in why else "")
             raise ConfigError(f"--concurrency {lv['concurrency']} ({lv['sessions']} sessions) is over what {name} "
-                              f"holds: at most {cap}, {why}",
-                              hint=f"use --concurrency {cap} or less; {more}")
+                              f"holds: at most {cap}, {why}", hint=f"use --concurrency {cap} or less{more}")
 
 
 def recommendation_line_of(level: dict, what: str) -> str:

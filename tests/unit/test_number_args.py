@@ -139,3 +139,15 @@ def test_the_worker_cap_follows_cores_and_memory():
     assert load_worker_cap("own", 4, 1000, artifact_mb=100)[0] == 2
     assert load_worker_cap("own", 4, 100)[0] == 1
     assert load_worker_cap("own", None, None)[0] == 8
+
+
+def test_the_host_names_the_cap_and_the_way_past_it():
+    from edgeforge.device.load import check_worker_cap
+
+    art = {"artifact": {"size_bytes": 100_000}}
+    with pytest.raises(ConfigError, match=r"at most 8, the default cap .*; use --concurrency 8 or less; --force"):
+        check_worker_cap([{"sessions": "shared", "concurrency": 9}], {"cores": 2}, art, False, "pi")
+    check_worker_cap([{"sessions": "shared", "concurrency": 9}], {"cores": 2}, art, True, "pi")
+    with pytest.raises(ConfigError, match=r"at most 3, what 1000 MB of memory holds.*--sessions shared"):
+        check_worker_cap([{"sessions": "own", "concurrency": 9}], {"cores": 2, "mem_available_mb": 1000}, art,
+                         True, "pi")
