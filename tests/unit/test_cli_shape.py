@@ -81,7 +81,7 @@ def test_a_transient_connect_failure_is_retried_by_class(tmp_path, monkeypatch):
     (tmp_path / "b" / "manifest.json").write_text(json.dumps({
         "schema": "edgeforge.build/1", "name": "m", "target": "linux-x86", "backend": "onnx",
         "precision": "fp32", "artifact": {"path": "model.onnx", "sha256": "ab" * 32},
-        "runtime": {"threads": 1}, "target_profile": {"arch": "x86_64", "bench": {}}}))
+        "inputs": [{"name": "x", "shape": [1, 4], "dtype": "float32"}], "runtime": {"threads": 1}, "target_profile": {"arch": "x86_64", "bench": {}}}))
     dev = Device(name="d", host="h", target="linux-x86", workdir="/w")
     tries = []
 
