@@ -223,6 +223,8 @@ def writable_dir(path: str | os.PathLike, chosen_by: str, *, what: str = "direct
     where = path
     while not (where.exists() or where.is_symlink()):
         where = where.parent
+    if where == path and not path.exists():
+        raise ConfigError(f"{label}: a symlink to nothing ({os.readlink(path)})", hint=fix)
     if not where.is_dir():
         raise ConfigError(f"{label} is below {where}, which is not a directory", hint=fix)
     try:

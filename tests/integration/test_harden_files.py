@@ -173,13 +173,15 @@ def test_edgeforge_targets_that_is_not_a_directory(tmp_path):
 
 # ---------------------------------------------------------------- directories edgeforge writes
 
-def test_edgeforge_cache_at_a_file_below_a_file_or_in_sys(warm, tmp_path):
+def test_edgeforge_cache_at_a_file_below_a_file_in_sys_or_dangling(warm, tmp_path):
     proj, _ = warm
     f = tmp_path / "a-file"
     f.write_text("not a cache")
     cases = [(f, f"EDGEFORGE_CACHE={f}: exists and is a file, not a directory"),
              (f / "sub", f"EDGEFORGE_CACHE={f / 'sub'} is below {f}, which is not a directory"),
-             (Path("/sys/edgeforge-cache"), "EDGEFORGE_CACHE=/sys/edgeforge-cache: cannot write in /sys")]
+             (Path("/sys/edgeforge-cache"), "EDGEFORGE_CACHE=/sys/edgeforge-cache: cannot write in /sys"),
+             (tmp_path / "dangling", f"EDGEFORGE_CACHE={tmp_path / 'dangling'}: a symlink to nothing")]
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
     for cache, message in cases:
         out = tmp_path / "out"
         res = run_cli("build", str(proj), *FP32, "--out", str(out), env={"EDGEFORGE_CACHE": str(cache)})
