@@ -36,6 +36,7 @@ tags = ["lab", "arm"]
 """
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(SETTINGS, max_examples=100)      # half text, half bytes (issue 23)
 
 
 def _toml_value(v) -> str:
@@ -104,62 +105,6 @@ def mutated(draw, base: str):
     return dumps(doc)
 
 
-def _cli(*argv, env=None) -> tuple[int, str]:
-    err, out = io.StringIO(), io.StringIO()
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            code = main(list(argv))
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return code, err.getvalue() + out.getvalue()
-
-
-def _check(code: int, text: str) -> None:
-    assert code in DOCUMENTED, text
-    assert "Traceback" not in text and "internal error" not in text, text
-    assert sum(ln.startswith("error:") for ln in text.splitlines()) <= 1, text
-
-
-def test_the_serializer_round_trips():
-    for base in (PROJECT, TARGET, DEVICES):
-        assert tomli.loads(dumps(tomli.loads(base))) == tomli.loads(base)
-
-
-@SETTINGS
-@given(mutated(PROJECT))
-def test_edgeforge_toml(text):
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "edgeforge.toml").write_text(text, errors="surrogatepass")
-        code, out = _cli("build", d, "--target", "rpi4", "--out", str(Path(d) / "out"))
-        _check(code, out)
-        assert code == 2, out          # data files are never there: nothing gets past config
-
-
-@SETTINGS
-@given(mutated(DEVICES))
-def test_devices_toml(text):
-    with tempfile.TemporaryDirectory() as d:
-        inv = Path(d) / "devices.toml"
-        inv.write_text(text, errors="surrogatepass")
-        _check(*_cli("devices", "--inventory", str(inv)))
-        _check(*_cli("devices", "--inventory", str(inv), "--json"))
-
-
-@SETTINGS
-@given(mutated(TARGET))
-def test_target_toml(text):
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "rpi4.toml").write_text(text, errors="surrogatepass")
-        _check(*_cli("targets", "show", "rpi4", env={"EDGEFORGE_TARGETS": d}))
-        _check(*_cli("targets", env={"EDGEFORGE_TARGETS": d}))
-
-
 # ---------------------------------------------------------------- bytes (issue 23)
 
 BOMS = [codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE]
@@ -191,31 +136,70 @@ def mutated_bytes(draw, base: str):
     return cut[:-draw(st.integers(1, 3))]
 
 
-@SETTINGS
-@given(mutated_bytes(PROJECT))
-def test_edgeforge_toml_bytes(data):
+def texts_or_bytes(base: str):
+    """A mutated text (written as UTF-8, lone surrogates kept) or mutated bytes."""
+    return st.one_of(mutated(base), mutated_bytes(base))
+
+
+def _write(path: Path, content: str | bytes) -> None:
+    if isinstance(content, str):
+        path.write_text(content, errors="surrogatepass")
+    else:
+        path.write_bytes(content)
+
+
+def _cli(*argv, env=None) -> tuple[int, str]:
+    err, out = io.StringIO(), io.StringIO()
+    old = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = main(list(argv))
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return code, err.getvalue() + out.getvalue()
+
+
+def _check(code: int, text: str) -> None:
+    assert code in DOCUMENTED, text
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert sum(ln.startswith("error:") for ln in text.splitlines()) <= 1, text
+
+
+def test_the_serializer_round_trips():
+    for base in (PROJECT, TARGET, DEVICES):
+        assert tomli.loads(dumps(tomli.loads(base))) == tomli.loads(base)
+
+
+@FUZZ
+@given(texts_or_bytes(PROJECT))
+def test_edgeforge_toml(text):
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "edgeforge.toml").write_bytes(data)
+        _write(Path(d) / "edgeforge.toml", text)
         code, out = _cli("build", d, "--target", "rpi4", "--out", str(Path(d) / "out"))
         _check(code, out)
-        assert code == 2, out
+        assert code == 2, out          # data files are never there: nothing gets past config
 
 
-@SETTINGS
-@given(mutated_bytes(DEVICES))
-def test_devices_toml_bytes(data):
+@FUZZ
+@given(texts_or_bytes(DEVICES))
+def test_devices_toml(text):
     with tempfile.TemporaryDirectory() as d:
         inv = Path(d) / "devices.toml"
-        inv.write_bytes(data)
+        _write(inv, text)
         _check(*_cli("devices", "--inventory", str(inv)))
         _check(*_cli("devices", "--inventory", str(inv), "--json"))
 
 
-@SETTINGS
-@given(mutated_bytes(TARGET))
-def test_target_toml_bytes(data):
+@FUZZ
+@given(texts_or_bytes(TARGET))
+def test_target_toml(text):
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "rpi4.toml").write_bytes(data)
+        _write(Path(d) / "rpi4.toml", text)
         _check(*_cli("targets", "show", "rpi4", env={"EDGEFORGE_TARGETS": d}))
         _check(*_cli("targets", env={"EDGEFORGE_TARGETS": d}))
 
