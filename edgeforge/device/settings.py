@@ -117,28 +117,20 @@ def results_dir_of(opts: BenchOptions) -> Path:
 def check_results_dir(path: Path, create: bool = True) -> None:
     """Before anything is measured: the results directory exists or can be made, and a file can
     be written in it (a read-only filesystem or permissions would lose the measurement at the
-    end). Else ConfigError (exit 2) naming it. Leaves no file behind; ``create=False`` leaves no
-    directory behind either (a missing one is judged by its nearest existing parent)."""
-    import tempfile
+    end). Else ConfigError (exit 2) naming it and what chose it (``--results``,
+    ``$EDGEFORGE_RESULTS`` or the default), through :func:`edgeforge.fsutil.writable_dir`.
+    ``create=False`` makes nothing (a missing directory is judged by its nearest parent)."""
+    from ..fsutil import writable_dir
 
     path = Path(path)
-    if not create and not path.exists():
-        parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
-        if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
-            why = "not writable" if parent.is_dir() else "not a directory"
-            raise ConfigError(f"results directory {path} cannot be made: {parent} is {why}",
-                              hint="point --results (or $EDGEFORGE_RESULTS) at a directory you can "
-                                   "write; nothing was changed")
-        return
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".edgeforge-probe-", dir=path)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"results directory {path} is not writable ({exc.strerror or exc})",
-                          hint="point --results (or $EDGEFORGE_RESULTS) at a directory you can "
-                               "write; nothing was measured") from None
+    env = os.environ.get("EDGEFORGE_RESULTS")
+    if env and Path(env) == path:
+        chosen_by = "$EDGEFORGE_RESULTS"
+    elif path == Path("results") and not env:
+        chosen_by = "default: $EDGEFORGE_RESULTS"
+    else:
+        chosen_by = "--results"
+    writable_dir(path, chosen_by, what="results directory", create=create)
 
 
 def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:

@@ -115,10 +115,10 @@ def test_read_only_results_directory_is_refused_before_measuring(crafted, tmp_pa
     build, inv = crafted
     with readonly_tmpfs(tmp_path / "ro", {"old.json": "{}"}) as ro:
         res = run_cli("bench", str(build), "--device", "orin", "--inventory", str(inv), "--results", str(ro))
-        assert_clean_failure(res, 2, f"results directory {ro} is not writable (Read-only file system)",
-                             "nothing was measured")
+        assert_clean_failure(res, 2, f"--results {ro}: cannot write in {ro} (Read-only file system)",
+                             "pass --results a writable directory")
         assert sorted(p.name for p in ro.iterdir()) == ["old.json"]
         assert "127.0.0.1" not in res.stderr + res.stdout      # no connection was tried
         fleet = run_cli("bench", str(build), "--devices", "all", "--inventory", str(inv), "--results", str(ro))
-        assert_clean_failure(fleet, 2, f"results directory {ro} is not writable")
+        assert_clean_failure(fleet, 2, f"--results {ro}: cannot write in {ro}")
         assert "127.0.0.1" not in fleet.stderr + fleet.stdout
