@@ -37,9 +37,12 @@ LAYOUT_HELP = """on the device, per release name:
 """
 
 EXIT_HELP = """exit codes: 0 ok; 1 a smoke test or canary gate failed (not switched in, or
-switched back); 2 usage or configuration; 4 a device failed (unreachable, lost,
-busy, health check failed and switched back); 70 an internal error.
-With several devices the others go on; 4 wins over 1.
+switched back); 2 usage or configuration (also: NAME holds another model, see
+--replace-model); 4 a device failed (unreachable, lost, busy, health check
+failed and switched back, switched but health unchecked, current unknown);
+70 an internal error; 130 interrupted (SIGINT, SIGTERM or SIGHUP: each device
+stops at its next step, is read back, and the record says what it has).
+With several devices the others go on; 130 wins, then 4, 2, 1.
 """
 
 
@@ -66,6 +69,8 @@ def register(sub) -> None:
     d.add_argument("--canary", type=nonneg_int, default=0, metavar="K",
                    help="deploy to K devices first and bench them with the gate flags")
     d.add_argument("--reason", metavar="TEXT", help="recorded in history.jsonl")
+    d.add_argument("--replace-model", action="store_true",
+                   help="deploy even when NAME holds another model (the build's name differs)")
     d.add_argument("--jobs", type=positive_int, metavar="N", help="devices deployed at once")
     add_bench_flags(d, device=False)
     d.set_defaults(func=cmd_deploy)
@@ -129,7 +134,7 @@ def cmd_deploy(args) -> int:
         gates["force"] = True
     with fleet_progress(args.quiet) as on_step:
         spec = DeploySpec(name=args.name, keep=args.keep, canary=args.canary, gates=gates, reason=args.reason,
-                          jobs=args.jobs)
+                          jobs=args.jobs, replace_model=args.replace_model)
         record = deploy(args.build_dir, selector, bench_options(args), spec, on_step=on_step)
     if args.junit:
         from pathlib import Path
@@ -191,6 +196,8 @@ def cmd_releases(args) -> int:
                           **st.to_dict()}, indent=2))
     else:
         print_releases(dev.name, args.name, st, args.history)
+    if st.record_note and not args.json:
+        console().print(f"note: {st.record_note}", markup=False, soft_wrap=True)
     if st.broken:
         say_error(f"device {dev.name}: {st.broken}")
         return ExitCode.DEVICE
@@ -200,7 +207,7 @@ def cmd_releases(args) -> int:
 # ---------------------------------------------------------------- rendering
 
 STYLE = {"deployed": "green", "rolled back": "green", "unchanged": "green", "reverted": "yellow",
-         "not deployed": "yellow", "skipped": "yellow"}
+         "not deployed": "yellow", "skipped": "yellow", "interrupted": "yellow"}
 
 
 def print_record(record) -> None:

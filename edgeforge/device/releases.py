@@ -26,7 +26,8 @@ the device under ``flock`` on ``.lock``:
   directory, append the history line. ``expect`` makes it a compare-and-swap;
 - ``prune``: remove all but the newest N sealed releases, never ``current`` nor the release
   before it, and remove incomplete ones (nobody else writes while the lease is held);
-- ``remove``: drop one release that is not current (a failed smoke test).
+- ``sweep``: remove incomplete releases that are not current (a failed deploy's, under the lease);
+- ``remove``: drop one release that is not current (a failed deploy's own).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from ..errors import (ConfigError, ConnectionLost, DigestMismatch, Misconfigured, ReleaseRefused, RunnerCrashed, RunnerTimeout,
+from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Misconfigured, ReleaseRefused, RunnerCrashed, RunnerTimeout,
                       RuntimeMissing, SmokeFailed)
 from .bench import _Partial, _tail
 from .lease import Lease
@@ -120,6 +121,13 @@ def history(n):
         except ValueError:
             got.append({"unreadable": ln[:200]})
     return got
+def model_of(i):
+    try:
+        with open(os.path.join(rel_dir, i, "manifest.json")) as f:
+            n = json.load(f).get("name")
+        return n if isinstance(n, str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
 def fsync_dir(d):
     fd = os.open(d, os.O_RDONLY)
     try:
@@ -141,7 +149,8 @@ if op == "state":
     for i in ids():
         m = meta(i)
         rels.append({"id": i, "sealed": m is not None, "digest": (m or {}).get("digest"),
-                     "sealed_at": (m or {}).get("sealed_at"), "files": (m or {}).get("files")})
+                     "sealed_at": (m or {}).get("sealed_at"), "files": (m or {}).get("files"),
+                     "model": (m or {}).get("model") or model_of(i)})
     say("ok", releases=rels, current=c, current_exists=c_ok if c else None, previous=previous(c),
         history=history(req.get("history", 50)))
 if op == "link":
@@ -224,6 +233,11 @@ if op == "prune":
     for i in removed:
         shutil.rmtree(os.path.join(rel_dir, i), ignore_errors=True)
     say("ok", removed=removed)
+if op == "sweep":
+    removed = [i for i in ids() if meta(i) is None and i != c and i not in req.get("protect", [])]
+    for i in removed:
+        shutil.rmtree(os.path.join(rel_dir, i), ignore_errors=True)
+    say("ok", removed=removed)
 if op == "remove":
     if req["id"] == c:
         say("error", kind="current", message="release %s is current" % c)
@@ -275,6 +289,7 @@ class State:
     current_exists: bool | None = None
     previous: str | None = None
     history: list[dict] = field(default_factory=list)
+    record_note: str | None = None      # set by list_releases: the last record disagrees
 
     @property
     def ids(self) -> list[str]:
@@ -292,8 +307,9 @@ class State:
 
     def to_dict(self) -> dict:
         return {"current": self.current, "current_exists": self.current_exists, "previous": self.previous,
-                "releases": [{k: r.get(k) for k in ("id", "sealed", "digest", "sealed_at")} for r in self.releases],
-                "history": self.history}
+                "releases": [{k: r.get(k) for k in ("id", "sealed", "digest", "sealed_at", "model")}
+                             for r in self.releases],
+                "history": self.history, "last_record": self.record_note}
 
 
 class Releases:
@@ -357,6 +373,11 @@ class Releases:
     def prune(self, keep: int, protect=()) -> list[str]:
         return self.call("prune", keep=int(keep), protect=list(protect))["removed"]
 
+    def sweep(self, protect=()) -> list[str]:
+        """Remove the incomplete (unsealed) releases that are not current: left by a deploy
+        that failed. Only under the device's lease (nobody else is uploading)."""
+        return self.call("sweep", protect=list(protect))["removed"]
+
     def remove(self, release_id: str) -> None:
         self.call("remove", id=release_id)
 
@@ -364,22 +385,40 @@ class Releases:
 # ---------------------------------------------------------------- the smoke test
 
 def run_smoke(tr, remote_dir: str, files: dict[str, str], timeout_s: float, lease: Lease | None,
-              on_step) -> dict:
+              on_step, stop=None) -> dict:
     """The runner's smoke test of ``remote_dir`` (a release, or ``current``); returns its
-    ``smoke`` event. Raises SmokeFailed for drift over budget, DeviceError for the rest."""
+    ``smoke`` event. Raises SmokeFailed for drift over budget, DeviceError for the rest.
+    ``stop`` (a :class:`.deploy_safety.StopRequest`): a stop request ends the runner on the
+    device and raises :class:`.deploy_safety.DeployStopped`."""
+    from .deploy_safety import kill_on_stop
+
     dev = tr.device
+    keys = []
     spec = {"files": files, "deadline_s": timeout_s + 5.0,
             "lease": ({"dir": f"{dev.workdir}/.lease", "token": lease.token} if lease is not None else None)}
     partial = _Partial()
 
     def on_line(line):
         ev = partial.feed(line)
+        if ev and ev["event"] == "start" and isinstance(ev.get("pid"), int):
+            keys.append(kill_on_stop(stop, tr, ev["pid"]))
         if ev and ev["event"] in ("files", "runtime"):
             on_step("smoke", "sha256 checked" if ev["event"] == "files"
                     else f"{ev.get('name')} {ev.get('version')}: reference inputs")
 
-    r = tr.run([dev.python, f"{remote_dir}/edgeforge_runner.py", "smoke", remote_dir, "--spec", json.dumps(spec)],
-               timeout=timeout_s, on_line=on_line, doing="running the smoke test")
+    try:
+        r = tr.run([dev.python, f"{remote_dir}/edgeforge_runner.py", "smoke", remote_dir, "--spec", json.dumps(spec)],
+                   timeout=timeout_s, on_line=on_line, doing="running the smoke test")
+    except DeviceError:
+        if stop is not None:
+            stop.check(dev.name, "during the smoke test")
+        raise
+    finally:
+        for k in keys:
+            if k is not None:
+                stop.forget(k)
+    if stop is not None:
+        stop.check(dev.name, "during the smoke test")
     if not partial.events:
         for line in r.stdout.splitlines():
             partial.feed(line)

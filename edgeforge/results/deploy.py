@@ -18,7 +18,9 @@ from ..errors import ResultError
 SCHEMA = "edgeforge.deploy/1"
 # statuses: pending | deployed | rolled back | reverted (a canary switched back) | unchanged |
 # switched back (health check failed) | smoke failed | gate failed | failed | busy | skipped |
-# not deployed (a canary failed first, or no build for the device's target)
+# not deployed (a canary failed first, or no build for the device's target) | refused (another
+# model under the name) | switched, health unchecked (live, its health check could not run) |
+# unknown (a switch was sent, the connection lost, current not read back) | interrupted
 
 
 class DeviceEntry(BaseModel):
@@ -32,6 +34,9 @@ class DeviceEntry(BaseModel):
     from_: str | None = Field(None, alias="from")    # current before
     to: str | None = None                # what current was switched to
     current: str | None = None           # where current points now
+    verified: bool = False               # current is the device's answer, no change in flight since
+    switch_sent: bool = False            # a switch of current was sent to the device
+    read_back: bool | None = None        # after a failure: current was read back (None: not needed)
     error: str | None = None
     hint: str | None = None
     exit_code: int = 0
@@ -62,9 +67,10 @@ class DeployRecord(BaseModel):
 
     @property
     def exit_code(self) -> int:
-        """4 (or 70) when a device failed, else 1 when a smoke test or gate failed, else 0."""
+        """130 when interrupted, else 4 (or 70) when a device failed, else 2 for a refused
+        input, else 1 when a smoke test or gate failed, else 0."""
         codes = {e.exit_code for e in self.devices}
-        for code in (70, 4, 2, 1):
+        for code in (130, 70, 4, 2, 1):
             if code in codes:
                 return code
         return 0
@@ -103,6 +109,13 @@ def record_filename(record: DeployRecord) -> str:
     from .schema import _slug
 
     return f"{_slug(record.id)}-{_slug(record.name)}.json"
+
+
+def record_filename_suffix(name: str) -> str:
+    """How the file names of NAME's records end (for the next command's check)."""
+    from .schema import _slug
+
+    return f"-{_slug(name)}.json"
 
 
 def write_record(results_dir, record: DeployRecord) -> Path:
