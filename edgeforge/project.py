@@ -122,6 +122,18 @@ class Project:
         return {k: v for k, v in arrays.items() if k in known}
 
 
+def find_project(start: str | Path | None = None) -> Path:
+    """The project directory for a verb given none: ``start`` (default: the current directory)
+    or the nearest parent holding an edgeforge.toml, as git and cargo find theirs."""
+    here = Path(start if start is not None else Path.cwd()).expanduser().resolve()
+    for d in (here, *here.parents):
+        if (d / PROJECT_FILE).is_file():
+            return d
+    raise ConfigError(f"no {PROJECT_FILE} in {here} or any directory above it",
+                      hint="run it in a project directory, pass the project's directory, "
+                           "or write one with `edgeforge init`")
+
+
 def load_project(path: str | Path) -> Project:
     root = Path(path).expanduser()
     if root.is_file() and root.name == PROJECT_FILE:

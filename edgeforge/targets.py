@@ -164,6 +164,9 @@ class Bench(Strict):
 class TargetProfile(Strict):
     name: str
     description: str
+    # `--target FAMILY` (jetson, rpi, android, linux) builds the family's one default profile
+    family: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    family_default: bool = False
     hardware: Hardware
     backend: Backends
     precision: Precision
@@ -221,18 +224,69 @@ def _load(path: Path, _stamp: tuple = ()) -> TargetProfile:
     return profile
 
 
-def load_target(name: str, directory: Path | None = None) -> TargetProfile:
+def families(directory: Path | None = None) -> dict[str, list[TargetProfile]]:
+    """{family: its profiles, the default first}; a profile without a family is its own."""
+    out: dict[str, list[TargetProfile]] = {}
+    for name in list_targets(directory):
+        t = load_target(name, directory)
+        out.setdefault(t.family or t.name, []).append(t)
+    for members in out.values():
+        members.sort(key=lambda t: (not t.family_default, t.name))
+    return dict(sorted(out.items()))
+
+
+def _label(member: TargetProfile, family: str) -> str:
+    """'a Nano' (jetson-nano), 'a Raspberry Pi 5' (the description up to its ':'), or 'that one'."""
+    rest = member.name[len(family) + 1:] if member.name.startswith(family + "-") else ""
+    if rest.isalpha():
+        return f"a {rest.capitalize()}"
+    lead = member.description.split(":", 1)[0].strip()
+    return f"a {lead}" if ":" in member.description and len(lead) <= 24 else "that one"
+
+
+def resolve_target(name: str, directory: Path | None = None) -> tuple[str, str | None]:
+    """The profile name ``name`` means, and the one line to say when it named a family
+    ("jetson → jetson-orin (also: jetson-nano; pass --target jetson-nano for a Nano)").
+    A family with no default (or two) is a ConfigError listing its members."""
+    _check_name(name)
+    directory = directory or targets_dir()
+    if (directory / f"{name}.toml").is_file():
+        return name, None
+    names = list_targets(directory)
+    members = [t for t in (load_target(n, directory) for n in names) if t.family == name]
+    if not members:
+        fams = sorted({t.family for t in (load_target(n, directory) for n in names) if t.family})
+        raise ConfigError(f"unknown target '{name}'{did_you_mean(name, names + fams)}",
+                          hint="run `edgeforge targets` to list them")
+    defaults = [t.name for t in members if t.family_default]
+    listed = ", ".join(t.name for t in members)
+    if len(defaults) != 1:
+        why = "no default" if not defaults else f"{len(defaults)} defaults ({', '.join(defaults)})"
+        raise ConfigError(f"target family '{name}' has {why}: pass one of {listed}",
+                          hint="or mark one profile `family_default = true`")
+    pick = defaults[0]
+    others = [t for t in members if t.name != pick]
+    if not others:
+        return pick, f"{name} → {pick}"
+    tail = (f"pass --target {others[0].name} for {_label(others[0], name)}" if len(others) == 1
+            else "pass --target NAME for one of those")
+    return pick, f"{name} → {pick} (also: {', '.join(t.name for t in others)}; {tail})"
+
+
+def _check_name(name) -> None:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise ConfigError(f"target name {name!r} is not a name: it may hold only {NAME_WORDS} "
                           "(no path separators)", hint="run `edgeforge targets` to list them")
+
+
+def load_target(name: str, directory: Path | None = None) -> TargetProfile:
+    """The profile ``name``, or the default profile of the family ``name`` (jetson, rpi ...)."""
+    _check_name(name)
     directory = directory or targets_dir()
     path = directory / f"{name}.toml"
     if not path.is_file():
-        names = list_targets(directory)
-        raise ConfigError(
-            f"unknown target '{name}'{did_you_mean(name, names)}",
-            hint="run `edgeforge targets` to list them",
-        )
+        name, _ = resolve_target(name, directory)
+        path = directory / f"{name}.toml"
     path = path.resolve()
     try:
         st = path.stat()

@@ -1,14 +1,17 @@
 """The build verbs: ``build``, ``check``, ``targets``, ``cache``."""
 from __future__ import annotations
 
+import shutil
+
 from ..errors import ConfigError, ExitCode, GateFailed
 from ._common import add_build_flags, build_options, build_progress, console
 from ._render import print_build_summary, print_decision
+from ._project import add_project_arg
 
 
 def register(sub) -> None:
     b = sub.add_parser("build", help="build PROJECT for a target")
-    b.add_argument("project")
+    add_project_arg(b)
     add_build_flags(b)
     b.add_argument("--quiet", "-q", action="store_true")
     b.set_defaults(func=cmd_build)
@@ -20,7 +23,7 @@ def register(sub) -> None:
     t.set_defaults(func=cmd_targets)
 
     c = sub.add_parser("check", help="pre-flight: list the ops a target cannot take")
-    c.add_argument("project")
+    add_project_arg(c)
     c.add_argument("--target", required=True)
     c.add_argument("--backend", choices=["lite", "onnx"])
     c.set_defaults(func=cmd_check)
@@ -53,9 +56,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_targets(args) -> int:
-    from rich.table import Table
-
-    from ..targets import list_targets, load_target
+    from ..targets import families, load_target
 
     con = console()
     if args.action == "show":
@@ -83,15 +84,40 @@ def cmd_targets(args) -> int:
             elif section not in ("name", "description"):
                 con.print(f"{section} = {val}")
         return ExitCode.OK
-    table = Table()
-    for col in ("target", "arch", "backend", "precision", "threads", "description"):
-        table.add_column(col)
-    for name in list_targets():
-        t = load_target(name)
-        table.add_row(name, t.hardware.arch, "/".join([t.backend.default] + [b for b in t.backends() if b != t.backend.default]),
-                      t.precision, str(t.runtime.threads), t.description)
-    con.print(table)
+    print(targets_table(families(), shutil.get_terminal_size().columns))
     return ExitCode.OK
+
+
+def targets_table(groups: dict, width: int) -> str:
+    """At most two lines a target, grouped by family (the default first, marked *): the
+    description wrapped into what is left of ``width``, cut after its second line; a blank
+    line between families."""
+    import textwrap
+
+    heads = ("target", "family", "arch", "backend", "precision")
+    rows = {fam: [(t.name, (f"{fam}*" if t.family_default else fam) if t.family else "-",
+                   t.hardware.arch,
+                   "/".join([t.backend.default] + [b for b in t.backends() if b != t.backend.default]),
+                   t.precision, t.description) for t in members] for fam, members in groups.items()}
+    every = [r for rs in rows.values() for r in rs]
+    widths = [max([len(h)] + [len(r[i]) for r in every]) for i, h in enumerate(heads)]
+    indent = sum(widths) + 2 * len(widths)
+    room = max(12, max(width, 40) - indent - 1)
+
+    def line(cells, desc):
+        parts = textwrap.wrap(desc, room) or [""]
+        if len(parts) > 2:
+            parts = parts[:2]
+            parts[1] = parts[1][:room - 1].rstrip() + "…"
+        first = "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + parts[0]
+        return "\n".join([first] + [" " * indent + p for p in parts[1:]])
+
+    out = [line(heads, "description")]
+    for rs in rows.values():
+        out.append("")
+        out += [line(r[:5], r[5]) for r in rs]
+    out += ["", "* the family's default (--target FAMILY); `edgeforge targets show NAME`: all"]
+    return "\n".join(out)
 
 
 def cmd_check(args) -> int:

@@ -19,6 +19,7 @@ from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, bench_o
                       say_error, step_progress, threads, wrap)
 from ._render import print_build_summary, print_decision
 from ._width import BORDER, clause_wrap, drop_to_fit, path_cells, short_id, table_width
+from ._project import add_project_arg
 
 
 def register(sub) -> None:
@@ -46,7 +47,7 @@ def register(sub) -> None:
 
     r = sub.add_parser("run", help="build PROJECT for a target, then bench it on a device",
                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("project")
+    add_project_arg(r)
     add_build_flags(r, full=False)
     add_bench_flags(r)
     r.set_defaults(func=cmd_run)
@@ -57,7 +58,7 @@ def register(sub) -> None:
                     "x power mode on DEVICE, one normal result per point tagged with the sweep id, and prints "
                     "one table (with the INT8 speed-up over fp32 at the same threads and power mode)."),
         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    w.add_argument("project")
+    add_project_arg(w)
     w.add_argument("--target", required=True)
     w.add_argument("--backend", choices=["lite", "onnx"])
     w.add_argument("--precisions", metavar="P,...", help="comma-separated (default: fp32,int8)")

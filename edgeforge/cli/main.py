@@ -22,6 +22,7 @@ import traceback
 from ..errors import EdgeforgeError, ExitCode, Stopped, signal_name
 from . import _help, build, deploy, device, devices, load, profile, report, toolchain
 from ._common import Parser
+from ._project import resolve_args
 
 VERBS = (build, deploy, device, devices, load, profile, report, toolchain)
 
@@ -82,6 +83,7 @@ def main(argv=None) -> int:
     old = stop_signals_raise()
     try:
         args = build_parser().parse_args(argv)
+        resolve_args(args)
         return int(args.func(args))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - mapped, one line
         if debug and not isinstance(exc, KeyboardInterrupt):
