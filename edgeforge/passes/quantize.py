@@ -273,6 +273,7 @@ class OnnxQuantizePass(Pass):
         from ..runner import edgeforge_runner as runner
 
         from ..contracts import host_can_time, onnx_scheme
+        from ..quant.arithmetic import host_arithmetic
 
         cfg: QuantConfig = self.config
         self.scheme, flag, flags = onnx_scheme(ctx.target, ctx.backend)
@@ -294,8 +295,10 @@ class OnnxQuantizePass(Pass):
         def layers() -> int:
             return sum(1 for n in onnx.load(str(pre)).graph.node if n.op_type in ONNX_QUANTIZABLE)
 
+        # the INT8 arithmetic that judges every attempt: the target's, not the host CPU's (quant.arithmetic)
+        arith = host_arithmetic(ctx.target, ctx.backend)
         model, meta, plain = search_and_fit(
-            cfg, ctx, quantize, predict=lambda m: runner.predict_all(runner.onnx_predictor(m), feeds),
+            cfg, ctx, quantize, predict=lambda m: runner_outputs(m, feeds, arith),
             reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
             rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
         plain_path = plain() if plain is not None else None
@@ -306,6 +309,9 @@ class OnnxQuantizePass(Pass):
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
         meta["quantization"]["pre_process"] = pre_info
+        meta["quantization"]["arithmetic"] = arith
+        if "accuracy_budget" in meta:
+            meta["accuracy_budget"]["arithmetic"] = arith["kind"]
         meta["quantization"]["op_types"] = self.op_types or "onnxruntime default (every op it supports)"
         meta["quantization"]["scheme"] = dict(self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag,
                                               host_cpu_flags=flags)
@@ -378,10 +384,12 @@ def _onnx_nodes(path: Path):
     return onnx.load(str(path)).graph.node
 
 
-def runner_outputs(model: Path, feeds: dict) -> list:
+def runner_outputs(model: Path, feeds: dict, arithmetic="host-cpu-kernels") -> list:
+    """``model``'s outputs on the host with ``arithmetic`` (``quant.arithmetic.host_arithmetic``)."""
+    from ..quant.arithmetic import predictor
     from ..runner import edgeforge_runner as runner
 
-    return runner.predict_all(runner.onnx_predictor(model), feeds)
+    return runner.predict_all(predictor(model, arithmetic), feeds)
 
 
 def onnx_cost(plain: Path, kept: Path, speed: dict | None) -> dict:

@@ -16,6 +16,7 @@ from pydantic import Field
 from ..cache import sha256_file
 from ..errors import ConfigError, PassError
 from ..paddle_env import paddle_inference
+from ..quant.arithmetic import host_arithmetic, predictor
 from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
 from .lite import lite_outputs
@@ -42,6 +43,7 @@ class VerifyPass(Pass):
         if ctx.backend == "onnx":
             ep, rules = ctx.target.backend_config("onnx").first_provider()
             facts["rules"] = {ep: rules.model_dump(mode="json")}
+            facts["arithmetic"] = host_arithmetic(ctx.target, ctx.backend, ctx.precision)["kind"]
         return facts
 
     def check_contract(self, model: Path, ctx: PassContext) -> dict:
@@ -90,10 +92,13 @@ class VerifyPass(Pass):
                               hint=f"use 0 to {len(reference) - 1} in edgeforge.toml")
         if cfg.host_runnable:
             if ctx.backend == "onnx":
-                run = runner.onnx_predictor(out_dir / artifact_file, threads=None, providers=["CPUExecutionProvider"])
-                ctx.log(f"running {artifact_file} under onnxruntime on the host")
+                # the target's INT8 arithmetic, not the host CPU's (quant.arithmetic; manifest: arithmetic)
+                arith = host_arithmetic(ctx.target, ctx.backend, precision)
+                run = predictor(out_dir / artifact_file, arith)
+                ctx.log(f"running {artifact_file} under onnxruntime on the host ({arith['kind']})")
                 outs = runner.predict_all(run, feeds)
                 runtime = run.runtime
+                result["arithmetic"] = arith
             else:
                 # Paddle Lite aborts its process on some inputs: run it in a child.
                 ctx.log(f"running {artifact_file} under Paddle Lite (x86) on the host")
