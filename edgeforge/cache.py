@@ -1,7 +1,10 @@
 """Content-addressed store for pass outputs.
 
 A key is a full sha256 over the input artifact's content digest, the pass name and version,
-its config and the target facts it depends on. An entry is a directory written atomically.
+its config and the target facts it depends on. An entry is a directory written atomically:
+``artifact/`` (the pass output), ``entry.json`` (its meta and content digest) and, when the pass
+measured something on the host, ``measured.json`` (outside the digest; see
+:mod:`edgeforge.pipeline`). ``stats.json`` at the root counts hits, misses and bytes moved.
 """
 from __future__ import annotations
 
@@ -97,6 +100,11 @@ def default_cache_dir() -> Path:
     return cache_dir_choice()[0]
 
 
+def entry_json(meta: dict) -> str:
+    """An entry's ``entry.json`` text: the same bytes for the same meta on every host."""
+    return json.dumps(meta, indent=2, sort_keys=True)
+
+
 class Cache:
     """The store. Reading never needs a writable directory (a warm read-only cache serves its
     hits); the first :meth:`put` checks that the directory can be written, once, through
@@ -108,6 +116,7 @@ class Cache:
         else:
             self.root, self.chosen_by = cache_dir_choice()
         self.enabled = enabled
+        self.remote = None              # set by edgeforge.remote_cache.open_cache
         self._checked = False
 
     def check_writable(self) -> None:
@@ -123,6 +132,7 @@ class Cache:
         return self.root / key[:2] / key
 
     def get(self, key: str) -> tuple[Path, dict] | None:
+        """(the artifact directory, the entry: meta, content digest and ``measured``), or None."""
         if not self.enabled:
             return None
         entry = self.entry(key)
@@ -139,10 +149,18 @@ class Cache:
         if not intact:
             shutil.rmtree(entry, ignore_errors=True)
             return None
-        return out, meta
+        return out, dict(meta, measured=self.measured(key))
 
-    def put(self, key: str, produced: Path, meta: dict) -> tuple[Path, dict]:
-        """Move ``produced`` (a directory) into the store atomically; return its new place."""
+    def measured(self, key: str) -> list:
+        """The side record of what the pass measured on the host that built it (or [])."""
+        try:
+            pairs = json.loads((self.entry(key) / "measured.json").read_text())
+        except (OSError, ValueError):
+            return []
+        return pairs if isinstance(pairs, list) else []
+
+    def put(self, key: str, produced: Path, meta: dict, measured: list | None = None) -> tuple[Path, dict]:
+        """Copy ``produced`` (a directory) into the store atomically; return its new place."""
         meta = dict(meta, content_digest=digest_tree(produced))
         if not self.enabled:
             return produced, meta
@@ -153,7 +171,9 @@ class Cache:
             entry.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
             shutil.copytree(produced, tmp / "artifact")
-            (tmp / "entry.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+            (tmp / "entry.json").write_text(entry_json(meta))
+            if measured:
+                (tmp / "measured.json").write_text(json.dumps(measured, sort_keys=True))
         except OSError as exc:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -161,17 +181,56 @@ class Cache:
                               f"({exc.strerror or exc})",
                               hint="free space there, point EDGEFORGE_CACHE elsewhere, "
                                    "or build with --no-cache") from None
+        self.adopt(key, tmp)
+        return entry / "artifact", meta
+
+    def staging(self, key: str) -> Path:
+        """A fresh directory beside the entry (same file system) for :meth:`adopt`."""
+        self.check_writable()
+        parent = self.entry(key).parent
+        parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=parent))
+
+    def adopt(self, key: str, tmp: Path) -> None:
+        """Rename ``tmp`` (a whole entry) into place, replacing what is there."""
+        entry = self.entry(key)
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
         try:
             os.replace(tmp, entry)
         except OSError:  # another process stored the same key first: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
-        return entry / "artifact", meta
+
+    # ------------------------------------------------------------ counters (cache stats)
+
+    def count_event(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` in ``stats.json`` (under a lock); never fails a build."""
+        if not self.enabled or n == 0:
+            return
+        import fcntl
+
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(self.root / "stats.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                stats = self.stats()
+                stats[name] = int(stats.get(name, 0)) + int(n)
+                tmp = self.root / f".stats-{os.getpid()}.json"
+                tmp.write_text(json.dumps(stats, indent=2, sort_keys=True))
+                os.replace(tmp, self.root / "stats.json")
+        except OSError:
+            pass
+
+    def stats(self) -> dict:
+        try:
+            stats = json.loads((self.root / "stats.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return {k: v for k, v in stats.items() if isinstance(v, int)} if isinstance(stats, dict) else {}
 
     def count(self) -> int:
         try:
-            return sum(1 for _ in self.root.glob("*/*")) if self.root.is_dir() else 0
+            return sum(1 for p in self.root.glob("*/*") if not p.name.startswith(".")) if self.root.is_dir() else 0
         except OSError:
             return 0
 

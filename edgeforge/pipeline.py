@@ -1,14 +1,31 @@
-"""Runs passes in order: kind checks before anything runs, cache, timing, provenance."""
+"""Runs passes in order: kind checks before anything runs, cache, timing, provenance.
+
+A step's output is a function of its key. What a pass measures on the host (timings, the
+host's CPU flags) is not part of that output: :data:`MEASURED` and a pass's ``measured``
+name those fields; they are split off its meta into a side record beside the cache entry
+(``measured.json``, outside the content digest), kept out of the next step's key, and merged
+back into the meta the next passes and the manifest read.
+"""
 from __future__ import annotations
 
+import copy
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .cache import Cache, build_code_digest, sha256_json
 from .errors import EdgeforgeError, PassError
 from .passes.base import Artifact, Pass, PassContext
+
+# Dotted paths into a pass's meta that hold host measurements ("*": every list item or key).
+# A pass adds its own with a ``measured`` class attribute.
+MEASURED = (
+    "int8_vs_fp32", "accuracy_budget.seconds", "accuracy_budget.speed.*.p50_ms",
+    "accuracy_budget.cost.p50_ms", "accuracy_budget.cost.p50_ms_int8",
+    "quantization.scheme.host_cpu_flags", "verify.host_cpu_flags", "qat.seconds",
+)
+SOURCES = {"local": "hit", "remote": "remote hit", "built": "miss"}
 
 
 @dataclass
@@ -18,10 +35,51 @@ class StepRecord:
     cache_hit: bool
     seconds: float
     key: str
+    source: str = "built"          # "local" (the local cache), "remote" (the remote cache), "built"
 
     def to_json(self) -> dict:
         return {"pass": self.name, "version": self.version, "cache_hit": self.cache_hit,
+                "cache": SOURCES[self.source], "source": self.source,
                 "seconds": round(self.seconds, 3), "cache_key": self.key}
+
+
+def _walk(node: Any, parts: list[str], at: list, out: list) -> None:
+    if not parts:
+        return
+    head, rest = parts[0], parts[1:]
+    if isinstance(node, dict):
+        names = list(node) if head == "*" else ([head] if head in node else [])
+        for name in names:
+            if rest:
+                _walk(node[name], rest, at + [name], out)
+            else:
+                out.append((at + [name], node.pop(name)))
+    elif isinstance(node, list) and head == "*" and rest:
+        for i, item in enumerate(node):
+            _walk(item, rest, at + [i], out)
+
+
+def split_measured(meta: dict, paths: Sequence[str] = MEASURED) -> tuple[dict, list]:
+    """(meta without the measured fields, [[path, value], ...]); ``meta`` is left as it is."""
+    content = copy.deepcopy(meta)
+    pairs: list = []
+    for path in paths:
+        _walk(content, path.split("."), [], pairs)
+    return content, [[p, v] for p, v in pairs]
+
+
+def merge_measured(content: dict, pairs: list) -> dict:
+    """``content`` with the measured fields of :func:`split_measured` put back."""
+    meta = copy.deepcopy(content)
+    for path, value in pairs or []:
+        node: Any = meta
+        try:
+            for part in path[:-1]:
+                node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
+            node[path[-1]] = value
+        except (IndexError, KeyError, TypeError):
+            continue                        # a record that no longer fits its meta: dropped
+    return meta
 
 
 def code_digest(p: Pass) -> str:
@@ -44,9 +102,27 @@ Event = Callable[[str, str, dict], None]   # (pass name, "start"|"done", info)
 
 
 class Pipeline:
+    """``cache.remote``, when set (:mod:`edgeforge.remote_cache`), is asked on a local miss
+    (``fetch(key, cache, pass_name)``: the entry copied into the local cache, or None) and
+    given each entry built here (``publish(key, cache, pass_name, measured)``); it never
+    raises."""
+
     def __init__(self, passes: Sequence[Pass], cache: Cache):
         self.passes = list(passes)
         self.cache = cache
+        self.measured = tuple(MEASURED) + tuple(m for p in self.passes for m in getattr(p, "measured", ()))
+
+    def _lookup(self, key: str, name: str):
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.cache.count_event("local_hits")
+            return hit, "local"
+        remote = getattr(self.cache, "remote", None) if self.cache.enabled else None
+        hit = remote.fetch(key, self.cache, name) if remote is not None else None
+        if hit is not None:
+            return hit, "remote"
+        self.cache.count_event("misses")
+        return None, "built"
 
     def run(self, source: Artifact, ctx: PassContext, on_event: Event | None = None) -> tuple[Artifact, list[StepRecord]]:
         check_chain(self.passes, source.kind)
@@ -56,37 +132,46 @@ class Pipeline:
         records: list[StepRecord] = []
         for p in self.passes:
             cfg = p.config.model_dump(mode="json")
-            # The input is its bytes and the provenance it carries (meta flows downstream).
-            input_digest = sha256_json({"content": current.digest, "meta": current.meta})
+            # The input is its bytes and the provenance it carries (meta flows downstream),
+            # without what was measured on the host that built it.
+            content_meta = split_measured(current.meta, self.measured)[0]
+            input_digest = sha256_json({"content": current.digest, "meta": content_meta})
             key = self.cache.key(pass_name=p.name, version=f"{p.version}:{code_digest(p)}", config=cfg,
                                  target=p.target_facts(ctx), input_digest=input_digest)
             emit(p.name, "start", {"key": key})
             t0 = time.perf_counter()
-            hit = self.cache.get(key)
+            hit, source_kind = self._lookup(key, p.name)
             if hit is not None:
-                path, meta = hit
-                current = Artifact(p.produces, path, meta.get("meta", {}), meta["content_digest"])
-                cache_hit = True
-            else:
-                if self.cache.enabled:      # a miss will be stored: check the cache before the pass runs
-                    self.cache.check_writable()
-                out_dir = ctx.workdir / f"{len(records):02d}-{p.name}"
-                if out_dir.exists():
-                    shutil.rmtree(out_dir)
-                out_dir.mkdir(parents=True)
-                try:
-                    meta = p.run(current, out_dir, ctx) or {}
-                except EdgeforgeError:
-                    raise
-                except Exception as exc:  # a bug or a library error inside a pass: re-raised as PassError
-                    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-                    raise PassError(p.name, f"{type(exc).__name__}: {first[:300]}",
-                                    hint="re-run with --debug for the traceback") from exc
-                path, entry = self.cache.put(key, out_dir, {"pass": p.name, "version": p.version, "meta": meta})
+                path, entry = hit
+                meta = merge_measured(entry.get("meta", {}), entry.get("measured", []))
                 current = Artifact(p.produces, path, meta, entry["content_digest"])
-                cache_hit = False
+            else:
+                current = self._build(p, current, ctx, key, len(records))
             ctx.history[current.kind] = current
             seconds = time.perf_counter() - t0
-            records.append(StepRecord(p.name, p.version, cache_hit, seconds, key))
-            emit(p.name, "done", {"cache_hit": cache_hit, "seconds": seconds})
+            records.append(StepRecord(p.name, p.version, hit is not None, seconds, key, source_kind))
+            emit(p.name, "done", {"cache_hit": hit is not None, "source": source_kind, "seconds": seconds})
         return current, records
+
+    def _build(self, p: Pass, current: Artifact, ctx: PassContext, key: str, index: int) -> Artifact:
+        if self.cache.enabled:      # a miss will be stored: check the cache before the pass runs
+            self.cache.check_writable()
+        out_dir = ctx.workdir / f"{index:02d}-{p.name}"
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.mkdir(parents=True)
+        try:
+            meta = p.run(current, out_dir, ctx) or {}
+        except EdgeforgeError:
+            raise
+        except Exception as exc:  # a bug or a library error inside a pass: re-raised as PassError
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+            raise PassError(p.name, f"{type(exc).__name__}: {first[:300]}",
+                            hint="re-run with --debug for the traceback") from exc
+        content, measured = split_measured(meta, self.measured)
+        path, entry = self.cache.put(key, out_dir, {"pass": p.name, "version": p.version, "meta": content},
+                                     measured=measured)
+        remote = getattr(self.cache, "remote", None) if self.cache.enabled else None
+        if remote is not None:
+            remote.publish(key, self.cache, p.name, measured)
+        return Artifact(p.produces, path, meta, entry["content_digest"])

@@ -79,3 +79,38 @@ def test_no_cache_runs_every_pass(digits_project, cache_dir, tmp_path):
     api.build(digits_project, "jetson-orin", out=tmp_path / "a", cache_dir=cache_dir)
     again = api.build(digits_project, "jetson-orin", out=tmp_path / "a", cache_dir=cache_dir, no_cache=True)
     assert not any(hits(again).values())
+
+
+SMALL = '''
+import paddle
+from paddle import nn
+
+
+def build():
+    paddle.seed(0)
+    return nn.Sequential(nn.Conv2D(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2D(8, 8, 3, padding=1),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 4))
+'''
+
+
+def test_two_cold_builds_give_the_same_key_for_every_step(tmp_path):
+    """issue 29: a step's output is a function of its key. linux-x86 times INT8 against fp32 on
+    the host (int8_vs_fp32, the budget's p50s): those measurements go to a side record beside
+    the cache entry, so two cold builds in two empty caches agree on every key."""
+    from helpers import tiny_project
+
+    proj = tiny_project(tmp_path / "p", "small", SMALL, [-1, 3, 8, 8], samples=16)
+    a = api.build(proj, "linux-x86", out=tmp_path / "a", cache_dir=tmp_path / "ca")
+    b = api.build(proj, "linux-x86", out=tmp_path / "b", cache_dir=tmp_path / "cb")
+    keys = [[(s["pass"], s["cache_key"], s["cache"]) for s in r.manifest["steps"]] for r in (a, b)]
+    assert keys[0] == keys[1] and all(cache == "miss" for _, _, cache in keys[0])
+    assert a.manifest["artifact"]["sha256"] == b.manifest["artifact"]["sha256"]
+    # the measurements are still in the manifest (from the side record), and differ between builds
+    assert a.manifest["int8_vs_fp32"]["fp32_samples_ms"] != b.manifest["int8_vs_fp32"]["fp32_samples_ms"]
+    quantize = next(s["cache_key"] for s in a.manifest["steps"] if s["pass"] == "quantize.onnx")
+    entry = tmp_path / "ca" / quantize[:2] / quantize
+    assert "int8_vs_fp32" not in (entry / "entry.json").read_text()
+    assert "int8_vs_fp32" in (entry / "measured.json").read_text()
+    warm = api.build(proj, "linux-x86", out=tmp_path / "a", cache_dir=tmp_path / "ca")
+    assert all(s["cache"] == "hit" for s in warm.manifest["steps"])
+    assert warm.manifest["int8_vs_fp32"] == a.manifest["int8_vs_fp32"]
