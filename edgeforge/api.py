@@ -44,7 +44,9 @@ def project_artifact(project: Project):
             if p == project.weights:
                 raise ConfigError(f"weights file not found: {p}", hint="train the model first or fix [model].weights")
             continue
-        parts[p.relative_to(project.root).as_posix()] = sha256_file(p)
+        # an inference model's program may live outside the project: keyed by its full path
+        key = p.relative_to(project.root).as_posix() if p.is_relative_to(project.root) else p.as_posix()
+        parts[key] = sha256_file(p)
     return Artifact(PROJECT, project.root, {}, sha256_json(parts))
 
 

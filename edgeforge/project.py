@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .config import Strict, parse_model, read_toml
 from .errors import ConfigError
@@ -28,9 +28,24 @@ class InputSpec(Strict):
 
 
 class ModelSection(Strict):
-    factory: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """Either a ``factory`` (module:callable returning a paddle.nn.Layer, ``weights`` optional,
+    ``[[model.inputs]]`` required) or an exported ``inference`` program's path prefix (its
+    inputs come from the program; ``[[model.inputs]]`` may narrow them)."""
+    factory: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    inference: Optional[str] = Field(None, min_length=1)
     weights: Optional[str] = None
-    inputs: list[InputSpec] = Field(min_length=1)
+    inputs: list[InputSpec] = []
+
+    @model_validator(mode="after")
+    def _one_model(self):
+        if (self.factory is None) == (self.inference is None):
+            raise ValueError("give exactly one of factory = \"module:Class\" and "
+                             "inference = \"path/prefix\" (an exported prefix.pdmodel)")
+        if self.inference is not None and self.weights is not None:
+            raise ValueError("an inference model holds its own parameters (prefix.pdiparams): drop weights")
+        if self.factory is not None and not self.inputs:
+            raise ValueError("a factory needs its inputs: add [[model.inputs]] (name, shape, dtype)")
+        return self
 
 
 class DataSection(Strict):
@@ -51,14 +66,26 @@ class Project:
     def __init__(self, root: Path, spec: ProjectSpec):
         self.root = root
         self.spec = spec
+        self._inputs: list[InputSpec] | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     @property
+    def inference(self) -> Path | None:
+        """The exported program's path prefix (``[model] inference``), or None for a factory."""
+        return self.path(self.spec.model.inference) if self.spec.model.inference else None
+
+    @property
     def inputs(self) -> list[InputSpec]:
-        return self.spec.model.inputs
+        """``[[model.inputs]]``; for an inference model the program's, narrowed by them (read
+        once, in a child process)."""
+        if self.inference is None:
+            return self.spec.model.inputs
+        if self._inputs is None:
+            self._inputs = [InputSpec(**s) for s in _program_inputs(self)]
+        return self._inputs
 
     def path(self, rel: str) -> Path:
         p = Path(rel).expanduser()
@@ -74,6 +101,10 @@ class Project:
         files += sorted(p for p in self.root.rglob("*.py") if "__pycache__" not in p.parts)
         if self.weights is not None:
             files.append(self.weights)
+        if self.inference is not None:
+            from .inference import program_files
+
+            files += program_files(self.inference)
         return files
 
     def load_data(self, which: Literal["calibration", "evaluation"]) -> dict[str, np.ndarray]:
@@ -122,6 +153,23 @@ class Project:
         return {k: v for k, v in arrays.items() if k in known}
 
 
+_READ: dict[tuple, list[dict]] = {}        # (files, mtimes, sizes) -> the program's inputs
+
+
+def _program_inputs(project: Project) -> list[dict]:
+    import tempfile
+
+    from .inference import agree, program_files, run_read
+
+    files = program_files(project.inference)
+    key = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    if key not in _READ:
+        with tempfile.TemporaryDirectory(prefix="edgeforge-read-") as tmp:
+            _READ[key] = run_read(project.inference, Path(tmp) / "read.log", pass_name="project")["inputs"]
+    declared = [s.model_dump() for s in project.spec.model.inputs]
+    return agree(_READ[key], declared, str(project.root / PROJECT_FILE))
+
+
 def find_project(start: str | Path | None = None) -> Path:
     """The project directory for a verb given none: ``start`` (default: the current directory)
     or the nearest parent holding an edgeforge.toml, as git and cargo find theirs."""
@@ -147,4 +195,9 @@ def load_project(path: str | Path) -> Project:
     names = [i.name for i in spec.model.inputs]
     if len(set(names)) != len(names):
         raise ConfigError(f"{toml}: input names must be unique")
-    return Project(root.resolve(), spec)
+    project = Project(root.resolve(), spec)
+    if project.inference is not None:
+        from .inference import program_files
+
+        program_files(project.inference)        # a missing or PIR program: one line, now
+    return project

@@ -1,4 +1,5 @@
-"""export: jit export of the trained dygraph model to the legacy static inference program.
+"""export: jit export of the trained dygraph model to the legacy static inference program, or,
+for ``[model] inference = "prefix"``, that exported program itself (:mod:`edgeforge.inference`).
 
 The user's factory (their code) runs in a child process (:func:`edgeforge.native.run_native`):
 a factory that calls ``sys.exit`` or crashes the interpreter becomes one ``PassError`` line
@@ -153,6 +154,18 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
             "export": record}
 
 
+def _from_inference(project, out_dir: Path) -> dict:
+    """An exported legacy program is the float program: probed and copied, in a child."""
+    from ..inference import export_inference
+
+    read = export_inference(project.inference, out_dir, out_dir.parent / f"{out_dir.name}.export.log")
+    record = {"program": "legacy ProgramDesc (an exported inference model)", "process": "child",
+              "source": f"{project.spec.model.inference} (.pdmodel + .pdiparams, copied)"}
+    shapes = read["output_shapes"]
+    return {"inputs": [s.model_dump() for s in project.inputs], "num_outputs": len(shapes),
+            "output_shapes": shapes, "export": record}
+
+
 @register
 class ExportPass(Pass):
     name = "export"
@@ -162,6 +175,8 @@ class ExportPass(Pass):
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         project = ctx.project
+        if project.inference is not None:
+            return _from_inference(project, out_dir)
         factory = project.spec.model.factory
         weights = str(project.weights) if project.weights is not None else None
         inputs = [s.model_dump() for s in project.inputs]

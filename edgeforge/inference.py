@@ -1,0 +1,125 @@
+"""Exported inference models as a project's model: ``[model] inference = "path/prefix"``.
+
+A legacy program (``prefix.pdmodel`` + ``prefix.pdiparams``, as PaddleClas, PaddleDetection and
+PaddleOCR's ``tools/export_model.py`` write it under ``FLAGS_enable_pir_api=0``) is read in a
+child process (:func:`edgeforge.native.run_native`: a program that crashes Paddle ends the child,
+not edgeforge) for its inputs (names, dtypes, shapes: ``[[model.inputs]]`` may narrow them and
+must agree) and, in the export pass, probed and copied as the float program.
+
+A PIR program (``prefix.json``) is refused in one line with the re-export that works: the
+pinned paddle2onnx 1.3.1 and Paddle Lite read only the legacy ProgramDesc (docs/export.md).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .errors import ConfigError, PassError
+
+REEXPORT = ("re-export it as a legacy program: FLAGS_enable_pir_api=0 python tools/export_model.py ... "
+            "(PaddleClas/PaddleDetection/PaddleOCR), or set FLAGS_enable_pir_api=0 before `import paddle` "
+            "and paddle.jit.save(layer, prefix, input_spec=[...]); it writes prefix.pdmodel")
+_READ_TIMEOUT_S = 600
+
+
+def program_files(prefix: Path, key: str = "[model] inference") -> tuple[Path, Path]:
+    """``(prefix.pdmodel, prefix.pdiparams)``, or one ConfigError saying what is there instead."""
+    model, params = Path(f"{prefix}.pdmodel"), Path(f"{prefix}.pdiparams")
+    if not model.is_file():
+        if Path(f"{prefix}.json").is_file():
+            raise ConfigError(f"{key} = {prefix}: {prefix.name}.json is a PIR program, which "
+                              "paddle2onnx 1.3.1 and Paddle Lite cannot read", hint=REEXPORT)
+        if prefix.is_dir() and (prefix / "inference.pdmodel").is_file():
+            raise ConfigError(f"{key} = {prefix} is a directory",
+                              hint=f"name the prefix, not the directory: {prefix / 'inference'}")
+        raise ConfigError(f"{key} = {prefix}: no {model.name} there",
+                          hint="give the path prefix of an exported model (prefix.pdmodel + prefix.pdiparams)")
+    if not params.is_file():
+        raise ConfigError(f"{key} = {prefix}: {model.name} has no {params.name} beside it",
+                          hint="export writes both: copy the .pdiparams file next to the .pdmodel")
+    return model, params
+
+
+def _dtype(paddle, var) -> str:
+    from paddle.base.data_feeder import convert_dtype
+
+    return str(convert_dtype(var.dtype))
+
+
+def read_program(prefix: str, probe_dir: str | None = None) -> dict:
+    """The child's job: load the program, return its inputs (feed order) and outputs; with
+    ``probe_dir``, also run it once on zeros (free dimensions = 1) for the output shapes and copy
+    both files there as ``model.pdmodel`` / ``model.pdiparams``. Errors come back as
+    ``{"error": message}``, a result as ``{"ok": {...}}``."""
+    import numpy as np
+
+    from .paddle_env import private_scope, static_mode
+
+    try:
+        with static_mode() as paddle, private_scope(paddle) as (_, exe):
+            prog, feeds, fetches = paddle.static.load_inference_model(prefix, exe)
+            block = prog.global_block()
+            inputs = [{"name": n, "shape": [int(d) for d in block.var(n).shape],
+                       "dtype": _dtype(paddle, block.var(n))} for n in feeds]
+            result = {"inputs": inputs, "outputs": [f.name for f in fetches]}
+            if probe_dir is not None:
+                zeros = {s["name"]: np.zeros([1 if d < 0 else d for d in s["shape"]], s["dtype"]) for s in inputs}
+                outs = exe.run(prog, feed=zeros, fetch_list=fetches)
+                result["output_shapes"] = [list(np.asarray(o).shape) for o in outs]
+    except Exception as exc:  # noqa: BLE001 - any failure to load or run the program
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        return {"error": f"{type(exc).__name__}: {(lines[-1] if lines else '')[:300]}"}
+    if probe_dir is not None:
+        out = Path(probe_dir)
+        shutil.copyfile(f"{prefix}.pdmodel", out / "model.pdmodel")
+        shutil.copyfile(f"{prefix}.pdiparams", out / "model.pdiparams")
+    return {"ok": result}
+
+
+def run_read(prefix: Path, log_path: Path, probe_dir: Path | None = None, pass_name: str = "export") -> dict:
+    """:func:`read_program` in a child process; a program Paddle cannot load is a ConfigError."""
+    from .native import run_native
+
+    program_files(prefix)
+    result = run_native(pass_name, f"the inference model {prefix}", read_program,
+                        (str(prefix), None if probe_dir is None else str(probe_dir)), log_path,
+                        timeout=_READ_TIMEOUT_S,
+                        hint="the program ended the Paddle process that loaded it; load it by hand "
+                             "with paddle.static.load_inference_model to see why")
+    if "error" in result:
+        raise ConfigError(f"[model] inference = {prefix}: Paddle cannot load it: {result['error']}",
+                          hint=f"check it is a legacy inference program; {REEXPORT}")
+    return result["ok"]
+
+
+def agree(program: list[dict], declared: list[dict], where: str) -> list[dict]:
+    """The inputs a build uses: the program's, narrowed by ``[[model.inputs]]`` where given
+    (a free dimension -1 may be fixed; a name, dtype, rank or fixed size that differs is a
+    ConfigError naming the input)."""
+    if not declared:
+        return program
+    by_name = {s["name"]: s for s in program}
+    names = [s["name"] for s in program]
+    if sorted(d["name"] for d in declared) != sorted(names):
+        raise ConfigError(f"{where}: [[model.inputs]] names {[d['name'] for d in declared]}, the program "
+                          f"takes {names}", hint="name every input of the program, or drop [[model.inputs]]")
+    out = []
+    for name in names:
+        p, d = by_name[name], next(d for d in declared if d["name"] == name)
+        if d["dtype"] != p["dtype"]:
+            raise ConfigError(f"{where}: input '{name}' is {d['dtype']} in [[model.inputs]], the program "
+                              f"takes {p['dtype']}", hint=f"use dtype = \"{p['dtype']}\"")
+        if len(d["shape"]) != len(p["shape"]) or any(pd >= 0 and dd != pd for pd, dd in zip(p["shape"], d["shape"])):
+            raise ConfigError(f"{where}: input '{name}' has shape {d['shape']} in [[model.inputs]], the "
+                              f"program takes {p['shape']}",
+                              hint="keep the program's sizes; only a -1 may be given a size")
+        out.append(dict(p, shape=list(d["shape"])))
+    return out
+
+
+def export_inference(prefix: Path, out_dir: Path, log_path: Path) -> dict:
+    """The export pass for an inference model: probe it and copy it as the float program."""
+    read = run_read(prefix, log_path, probe_dir=out_dir)
+    if not (out_dir / "model.pdmodel").is_file():
+        raise PassError("export", f"copying {prefix}.pdmodel into the build failed")
+    return read

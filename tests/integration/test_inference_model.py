@@ -1,0 +1,93 @@
+"""`[model] inference = "prefix"`: an exported legacy inference model (prefix.pdmodel +
+.pdiparams, written here with paddle.jit.save as PaddleClas' export_model does) is the model of a
+project with no factory and no weights (issues 25 and 27)."""
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgeforge import api
+from edgeforge.project import load_project
+from helpers import run_cli
+from inference_export import export_digits
+
+
+@pytest.fixture(scope="module")
+def exported(digits_project, tmp_path_factory) -> Path:
+    return export_digits(digits_project, tmp_path_factory.mktemp("export") / "inference")
+
+
+def _project(root: Path, digits_project: Path, prefix: Path, inputs: str = "") -> Path:
+    root.mkdir(parents=True)
+    shutil.copytree(digits_project / "data", root / "data")
+    (root / "edgeforge.toml").write_text(textwrap.dedent(f"""\
+        name = "digits-inference"
+        [model]
+        inference = "{prefix}"
+        {inputs}
+        [data]
+        calibration = "data/calib.npz"
+        evaluation = "data/eval.npz"
+        """))
+    return root
+
+
+def test_inputs_come_from_the_program(exported, digits_project, tmp_path):
+    proj = load_project(_project(tmp_path / "p", digits_project, exported))
+    assert [s.model_dump() for s in proj.inputs] == [{"name": "x", "shape": [-1, 1, 32, 32], "dtype": "float32"}]
+    files = {p.name for p in proj.source_files()}
+    assert {"inference.pdmodel", "inference.pdiparams"} <= files      # both digested into the key
+
+
+def test_builds_for_linux_x86_from_the_cli(exported, digits_project, tmp_path):
+    root = _project(tmp_path / "p", digits_project, exported)
+    res = run_cli("build", "--target", "linux", "--out", str(tmp_path / "out"), "-q", cwd=root)
+    assert res.returncode == 0, res.stderr
+    assert "linux → linux-x86" in res.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["verify"]["status"] == "passed"
+    assert "exported inference model" in manifest["export"]["program"]
+
+
+@pytest.mark.parametrize("target", ["jetson-orin", "rpi4"])
+def test_builds_for_jetson_and_rpi(exported, digits_project, tmp_path, target):
+    root = _project(tmp_path / "p", digits_project, exported)
+    result = api.build(root, target, out=tmp_path / "out")
+    assert result.verify_status in ("passed", "device-only"), result.manifest["verify"]
+    assert result.manifest["target"] == target
+
+
+def test_narrowed_inputs_must_agree(exported, digits_project, tmp_path):
+    ok = _project(tmp_path / "ok", digits_project, exported,
+                  '[[model.inputs]]\nname = "x"\nshape = [8, 1, 32, 32]\ndtype = "float32"')
+    assert load_project(ok).inputs[0].shape == [8, 1, 32, 32]
+    bad = _project(tmp_path / "bad", digits_project, exported,
+                   '[[model.inputs]]\nname = "x"\nshape = [-1, 1, 28, 28]\ndtype = "float32"')
+    res = run_cli("build", str(bad), "--target", "linux-x86", "--out", str(tmp_path / "o"))
+    assert res.returncode == 2, res.stderr
+    assert "input 'x' has shape [-1, 1, 28, 28] in [[model.inputs]], the program takes [-1, 1, 32, 32]" \
+        in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_pir_program_is_refused_with_the_reexport(digits_project, tmp_path):
+    prefix = export_digits(digits_project, tmp_path / "pir" / "inference", pir=True)
+    assert prefix.with_suffix(".json").is_file() and not prefix.with_suffix(".pdmodel").exists()
+    root = _project(tmp_path / "p", digits_project, prefix)
+    res = run_cli("build", str(root), "--target", "rpi4", "--out", str(tmp_path / "o"))
+    assert res.returncode == 2
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "inference.json is a PIR program" in errors[0]
+    assert "FLAGS_enable_pir_api=0" in errors[0] and "Traceback" not in res.stderr
+
+
+def test_factory_and_inference_together_is_a_config_error(exported, digits_project, tmp_path):
+    root = _project(tmp_path / "p", digits_project, exported)
+    toml = root / "edgeforge.toml"
+    toml.write_text(toml.read_text().replace("[model]\n", '[model]\nfactory = "model:DigitsNet"\n'))
+    res = run_cli("check", str(root), "--target", "linux-x86")
+    assert res.returncode == 2 and "exactly one of factory" in res.stderr, res.stderr
