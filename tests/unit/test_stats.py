@@ -125,7 +125,7 @@ def test_read_result_errors(tmp_path):
     p.write_text("{not json")
     with pytest.raises(ResultError, match="not valid JSON"):
         schema.read_result(p)
-    with pytest.raises(ResultError, match="not found"):
+    with pytest.raises(ResultError, match="nope.json: no such file or directory"):
         schema.read_result(tmp_path / "nope.json")
 
 
