@@ -79,6 +79,9 @@ def plan_passes(project: Project, build: ResolvedBuild):
         passes.append(LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt)))
     if backend == "lite":
         if precision == "int8":
+            if build.qat:
+                raise ConfigError("--qat builds INT8 through the ONNX backend only (for now)",
+                                  hint="add --backend onnx, or drop --qat for Paddle Lite's PTQ")
             passes.append(PaddlePTQPass(qcfg))
             if build.legalize:
                 passes.append(LegalizeInt8Pass(LegalizeInt8Pass.Config(backend=backend,
@@ -89,6 +92,11 @@ def plan_passes(project: Project, build: ResolvedBuild):
         passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset)))
         if precision == "int8":
             passes.append(OnnxQuantizePass(qcfg))
+            if build.qat is not False and (build.qat or project.spec.quantization.qat.auto):
+                from .passes.qat import QatPass, qat_config
+
+                passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat),
+                                                 bcfg.opset)))
         elif precision == "fp16":
             passes.append(OnnxFp16Pass())
     passes.append(VerifyPass(VerifyPass.Config(

@@ -46,6 +46,7 @@ class BuildMeta(BaseModel):
     calibration_search: Optional[list[dict[str, Any]]] = None
     int8_vs_fp32: Optional[dict[str, Any]] = None   # host stand-in: both timed interleaved
     rewrites: list[dict[str, Any]] = []           # legalize rewrites and their op counts
+    qat: Optional[dict[str, Any]] = None          # quantize.qat: entered, shipped, why, loss curve
 
     def manifest_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name, f in type(self).model_fields.items()

@@ -60,6 +60,7 @@ class BuildOptions(_Options):
     keep_float: Optional[list[str]] = None            # layers kept in float
     calibration_search: bool = False
     float_fallback: bool = True                       # on a missed budget: float layers
+    qat: Optional[bool] = None                        # --qat / --no-qat; None: [quantization.qat] auto
     legalize: bool = True
     no_cache: bool = False
     cache_dir: Optional[PathLike] = None
@@ -79,7 +80,7 @@ class BuildOptions(_Options):
                                else self.max_accuracy_drop),
             min_cosine=q.min_cosine if self.min_cosine is None else self.min_cosine,
             calibration_search=self.calibration_search, float_fallback=self.float_fallback,
-            legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir)
+            qat=self.qat, legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class ResolvedBuild:
     min_cosine: float
     calibration_search: bool
     float_fallback: bool
+    qat: bool | None                 # True: --qat, False: --no-qat, None: the project's auto
     legalize: bool
     use_cache: bool
     cache_dir: PathLike | None

@@ -54,10 +54,24 @@ class DataSection(Strict):
     label_output: int = Field(0, ge=0)     # which model output the evaluation labels are for
 
 
+class QatSection(Strict):
+    """[quantization.qat]: quantization-aware fine-tuning (the quantize.qat pass)."""
+    auto: bool = False                  # run it whenever PTQ keeps layers in float
+    steps: int = Field(300, gt=0, le=100_000)
+    max_seconds: float = Field(240.0, gt=0, le=86400)
+    lr: float = Field(1e-4, gt=0, le=1)
+    batch_size: int = Field(32, gt=0, le=4096)
+
+
+class QuantizationSection(Strict):
+    qat: QatSection = Field(default_factory=QatSection)
+
+
 class ProjectSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: ModelSection
     data: DataSection
+    quantization: QuantizationSection = Field(default_factory=QuantizationSection)
 
 
 class Project:

@@ -167,6 +167,9 @@ def add_build_flags(p, full: bool = True) -> None:
     p.add_argument("--no-fallback", action="store_true",
                    help="never keep layers in float; a missed accuracy budget fails the "
                         "build (exit 1)")
+    p.add_argument("--qat", action=argparse.BooleanOptionalAction, default=None,
+                   help="quantization-aware fine-tuning by distillation (ONNX INT8): ship it when "
+                        "every layer is INT8 within the budget, else PTQ ([quantization.qat])")
     p.add_argument("--no-legalize", action="store_true",
                    help="skip the legalize pass and pre-flight: hand the raw export to the "
                         "converter (debugging)")
@@ -225,6 +228,8 @@ def build_options(args, **extra):
         given["float_fallback"] = not args.no_fallback
     if hasattr(args, "no_legalize"):
         given["legalize"] = not args.no_legalize
+    if getattr(args, "qat", None) is not None:
+        given["qat"] = args.qat
     precision = getattr(args, "precision", None)
     return BuildOptions.of(precision=None if precision == "auto" else precision, backend=args.backend,
                            no_cache=args.no_cache, **given, **extra)

@@ -1,0 +1,227 @@
+"""quantize.qat: quantization-aware fine-tuning when post-training INT8 keeps layers in float.
+
+Runs after ``quantize.onnx``. Entered when ``--qat`` asks for it, or (``[quantization.qat]
+auto = true``) when the PTQ budget search kept layers in float beyond the user's. The user's
+model is fine-tuned with fake quantization against its float self by distillation on the
+calibration data (:mod:`edgeforge.quant.qat`, in a child process: the user's code runs
+there), converted by paddle2onnx to a QDQ model, and judged on the evaluation set exactly as
+the PTQ budget judges (labels only to judge). Shipped when every layer is INT8 and the budget
+holds; otherwise the PTQ result goes on, with its float layers, and the manifest says why.
+The artifact then goes through verify (accuracy, the target's runtime contract) like PTQ's.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from pydantic import Field
+
+from ..errors import ConfigError, PassError
+from ..native import run_native
+from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
+from .quantize import ONNX_QUANTIZABLE, QuantConfig, evaluation_set, make_budget, runner_outputs
+
+_TIMEOUT_PAD_S = 600          # the child's own bound is max_seconds; this covers start and save
+
+
+class QatConfig(PassConfig):
+    force: bool = False                # --qat: run even when PTQ kept every layer INT8
+    auto: bool = False                 # [quantization.qat] auto: run when PTQ kept layers in float
+    steps: int = Field(300, gt=0)
+    max_seconds: float = Field(240.0, gt=0)
+    lr: float = Field(1e-4, gt=0)
+    batch_size: int = Field(32, gt=0)
+    opset: int = 13
+    quant: QuantConfig                 # the budget and the data digests (cache key)
+
+
+def float_layers(model: Path) -> list[str]:
+    """Quantizable nodes of a QDQ ONNX model that read a float weight (no DequantizeLinear)."""
+    import onnx
+
+    graph = onnx.load(str(model)).graph
+    dq = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
+    return [n.name or n.output[0] for n in graph.node
+            if n.op_type in ONNX_QUANTIZABLE and len(n.input) > 1 and n.input[1] not in dq]
+
+
+@register
+class QatPass(Pass):
+    name = "quantize.qat"
+    version = 1
+    consumes = frozenset({ONNX})
+    produces = ONNX
+    Config = QatConfig
+
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
+        cfg: QatConfig = self.config
+        user_float = set(cfg.quant.keep_float)
+        ptq_float = [k for k in inp.meta.get("keep_float") or [] if k not in user_float]
+        meta = {k: v for k, v in inp.meta.items()}
+        shutil.copy2(inp.path / "model.onnx", out_dir / "model.onnx")
+        if not cfg.force and not (cfg.auto and ptq_float):
+            why = "PTQ kept every layer INT8" if not ptq_float else "not asked for (--qat, [quantization.qat] auto)"
+            meta["qat"] = {"entered": False, "shipped": "ptq", "why": why}
+            return meta
+        why_in = "--qat" if cfg.force else f"PTQ kept {len(ptq_float)} layer(s) in float"
+        if getattr(ctx.project.spec.model, "factory", None) is None:    # an exported inference program
+            if cfg.force:
+                raise ConfigError("--qat fine-tunes the model's own code: [model] needs a factory",
+                                  hint="an exported inference program has no trainable layers here; drop --qat")
+            meta["qat"] = {"entered": False, "shipped": "ptq", "why": "no [model] factory to fine-tune"}
+            return meta
+        ctx.log(f"QAT ({why_in}): up to {cfg.steps} steps or {cfg.max_seconds:g}s of distillation")
+        scheme = _scheme(ctx)
+        record = self._train(ctx, weight_bits=7 if scheme.reduce_range else 8)
+        qat_onnx, algo = self._quantize(ctx, self._convert(ctx), inp.meta)
+        left = [k for k in float_layers(qat_onnx) if k not in user_float]
+        feeds, labels = evaluation_set(ctx)
+        budget = make_budget(cfg.quant, ctx, labels)
+        reference = _paddle_reference(ctx, feeds)
+        m_qat = budget.measure(runner_outputs(qat_onnx, feeds), reference, labels)
+        m_ptq = budget.measure(runner_outputs(inp.path / "model.onnx", feeds), reference, labels)
+        record["calibration"] = algo
+        record.update(entered=True, entered_because=why_in, budget=budget.describe(), measured=m_qat,
+                      float_layers=len(left), ptq={"float_layers": len(ptq_float) + len(user_float),
+                                                   "measured": m_ptq})
+        if left:
+            record.update(shipped="ptq", why=f"QAT left {len(left)} layer(s) in float ({', '.join(left[:3])})")
+        elif not budget.met(m_qat):
+            record.update(shipped="ptq", why=f"QAT missed the budget ({budget.describe()}): {budget.figure(m_qat)}")
+        else:
+            record.update(shipped="qat", why=f"every layer INT8 within the budget: {budget.figure(m_qat)}")
+        self._time(ctx, inp.path / "model.onnx", qat_onnx, record)
+        ctx.log(f"QAT: shipping {record['shipped'].upper()}: {record['why']}")
+        if record["shipped"] == "qat":
+            shutil.copy2(qat_onnx, out_dir / "model.onnx")
+            meta["keep_float"] = []
+            meta.pop("int8_vs_fp32", None)       # timed on the PTQ model; QAT's is in qat.host
+            if meta.get("accuracy_budget"):
+                meta["accuracy_budget"] = dict(meta["accuracy_budget"], final=m_qat, final_drop=m_qat["accuracy_drop"],
+                                               keep_float=[], met=True, shipped="qat")
+        meta["qat"] = record
+        return meta
+
+    def _train(self, ctx: PassContext, weight_bits: int) -> dict:
+        from ..quant.qat import qat_job
+
+        cfg: QatConfig = self.config
+        project = ctx.project
+        work = ctx.workdir / "qat"
+        if work.exists():
+            shutil.rmtree(work)
+        (work / "program").mkdir(parents=True)
+        data = ctx.project.load_data("calibration")
+        names = [s.name for s in project.inputs]
+        np.savez(work / "calibration.npz", **{k: data[k] for k in names})
+        progress = work / "progress.jsonl"
+        settings = {"steps": cfg.steps, "max_seconds": cfg.max_seconds, "lr": cfg.lr, "batch_size": cfg.batch_size,
+                    "weight_bits": weight_bits}
+        weights = str(project.weights) if project.weights is not None else None
+        args = (str(project.root), project.spec.model.factory, weights, [s.model_dump() for s in project.inputs],
+                str(work / "calibration.npz"), settings, str(work / "program"), str(progress))
+        stop = threading.Event()
+        watcher = threading.Thread(target=_show_progress, args=(progress, cfg.steps, ctx.log, stop), daemon=True)
+        watcher.start()
+        try:
+            result = run_native(self.name, "QAT fine-tune", qat_job, args, work / "qat.log",
+                                timeout=cfg.max_seconds + _TIMEOUT_PAD_S,
+                                hint=f"see {work / 'qat.log'}; --no-qat ships the PTQ result")
+        finally:
+            stop.set()
+            watcher.join(timeout=5)
+        if "error" in result:
+            cls, message, hint = result["error"]
+            raise (ConfigError(message, hint=hint) if cls == "config" else PassError(self.name, message, hint=hint))
+        return result["ok"]
+
+    def _convert(self, ctx: PassContext) -> Path:
+        from .onnx import _p2o, check_converted
+
+        prog = ctx.workdir / "qat" / "program"
+        out = ctx.workdir / "qat" / "float.onnx"
+        run_native(self.name, "paddle2onnx (QAT-tuned program)", _p2o, (str(prog), str(out), self.config.opset),
+                   ctx.workdir / "qat" / "paddle2onnx.log")
+        if not out.is_file():
+            raise PassError(self.name, "paddle2onnx wrote no model.onnx for the QAT-tuned program")
+        check_converted(self.name, out)
+        return out
+
+    def _quantize(self, ctx: PassContext, fp32: Path, ptq_meta: dict) -> tuple[Path, str]:
+        """The tuned float model through quantize.onnx's own quantizer and target scheme.
+        Calibration: moving-average min/max (what the fine-tune's activation fake quant
+        tracked), unless --calibration pinned one."""
+        from ..quant.onnx_ptq import op_types_to_quantize, pre_process
+        from .quantize import OnnxQuantizePass, calibration_batches, quiet_stdout
+
+        quant = self.config.quant
+        algo = quant.algo if quant.algo_fixed else "avg"
+        q = OnnxQuantizePass(quant)
+        q.scheme = _scheme(ctx)
+        pre = ctx.workdir / "qat" / "pre.onnx"
+        with quiet_stdout():
+            pre_process(fp32, pre)
+        q.op_types = op_types_to_quantize(pre)
+        ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model")
+        out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
+                          list(quant.keep_float), {})
+        return out, algo
+
+    def _time(self, ctx: PassContext, ptq: Path, qat: Path, record: dict) -> None:
+        """Where the host runs the target's runtime: PTQ and QAT timed interleaved."""
+        import os
+
+        from ..contracts import host_can_time
+        from ..quant.speed import NOTE, interleaved, p50
+
+        if not host_can_time(ctx.target, ctx.backend)[0]:
+            record["host"] = None
+            return
+        feeds, _ = evaluation_set(ctx, limit=1)
+        threads = min(int(ctx.target.runtime.threads or 1), os.cpu_count() or 1)
+        samples = interleaved({"ptq": ptq, "qat": qat}, feeds, threads=threads)
+        record["host"] = {"ptq_p50_ms": round(p50(samples["ptq"]), 4), "qat_p50_ms": round(p50(samples["qat"]), 4),
+                          "ptq_samples_ms": [round(x, 5) for x in samples["ptq"]],
+                          "qat_samples_ms": [round(x, 5) for x in samples["qat"]], "threads": threads, "note": NOTE}
+
+
+def _scheme(ctx: PassContext):
+    from ..contracts import onnx_scheme
+
+    return onnx_scheme(ctx.target, ctx.backend)[0]
+
+
+def _paddle_reference(ctx: PassContext, feeds: dict) -> list:
+    from ..paddle_env import paddle_inference
+
+    return paddle_inference(ctx.history[PADDLE_FLOAT].path, feeds)
+
+
+def _show_progress(path: Path, steps: int, log, stop: threading.Event, every: float = 2.0) -> None:
+    """Tail the child's progress file: one line every few seconds (step, loss, seconds)."""
+    shown = 0
+    while not stop.wait(every):
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        if len(lines) > shown:
+            try:
+                last = json.loads(lines[-1])
+            except ValueError:
+                continue
+            shown = len(lines)
+            log(f"QAT step {last['step']}/{steps}: loss {last['loss']:.5f} ({last['seconds']:.0f}s)")
+
+
+def qat_config(project_qat, quant: QuantConfig, force: bool, opset: int,
+               overrides: Optional[dict] = None) -> QatConfig:
+    """The pass config from the project's ``[quantization.qat]`` and the build's flags."""
+    base = project_qat.model_dump() if project_qat is not None else {}
+    base.update(overrides or {})
+    return QatConfig(force=force, quant=quant, opset=opset, **base)
+

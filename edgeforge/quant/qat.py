@@ -1,0 +1,153 @@
+"""Quantization-aware fine-tuning by distillation (the child's side of ``quantize.qat``).
+
+PaddleSlim 2.6.0's dygraph ``QAT`` inserts fake-quant layers (channel-wise abs-max weights,
+moving-average abs-max activations, ``onnx_format=True``: quantize_linear/dequantize_linear
+pairs) into a copy of the user's model; the copy is fine-tuned to match the float model's
+outputs (MSE) on the calibration data: no labels, no user training loop. Batch norm is folded
+into its conv first (what the deployed conv computes is what gets fake-quantized), and weights
+get 7 bits where the target's scheme has ``reduce_range``. Bounded by steps and wall time; each
+step's loss is appended to a progress file the parent shows.
+
+What is saved is the fine-tuned *float* program (legacy ``model.pdmodel`` + ``.pdiparams``, the
+export pass's patches): the parent converts and quantizes it with the same quantizer and target
+scheme as PTQ, so contracts hold as for PTQ. (paddle2onnx 1.3.1 drops the QDQ of MatMul layers
+from a QAT program, and mis-scales 7-bit weights: the QAT program itself does not ship.)
+
+Runs in a child process (:func:`edgeforge.native.run_native`): the user's model code does.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+QAT_CONFIG = {"weight_quantize_type": "channel_wise_abs_max",
+              "activation_quantize_type": "moving_average_abs_max",
+              "weight_bits": 8, "activation_bits": 8, "moving_rate": 0.9,
+              "quantizable_layer_type": ["Conv2D", "Linear"], "onnx_format": True}
+
+
+def qat_job(root: str, factory: str, weights: str | None, inputs: list[dict], data: str,
+            settings: dict, out_dir: str, progress: str) -> dict:
+    """The child's job. ``data``: an .npz of the calibration arrays (by input name);
+    ``settings``: steps, max_seconds, lr, batch_size. Returns ``{"ok": record}`` or
+    ``{"error": [class, message, hint]}`` as the export job does."""
+    from ..errors import ConfigError, EdgeforgeError
+
+    try:
+        return {"ok": _qat(Path(root), factory, weights, inputs, Path(data), settings, Path(out_dir),
+                           Path(progress))}
+    except EdgeforgeError as exc:
+        return {"error": ["config" if isinstance(exc, ConfigError) else "pass", exc.message, exc.hint]}
+
+
+def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data: Path, settings: dict,
+         out_dir: Path, progress: Path) -> dict:
+    import numpy as np
+
+    from ..paddle_env import import_paddle
+    from ..passes.export import _build_layer, _jit_save
+    from ..passes.quantize import quiet_stdout
+
+    paddle = import_paddle()
+    paddle.disable_static()
+    paddle.seed(0)
+    with quiet_stdout():
+        from paddleslim import QAT
+    teacher = _build_layer(paddle, root, factory, weights)
+    student = _build_layer(paddle, root, factory, weights)
+    arrays = dict(np.load(data))
+    names = [s["name"] for s in inputs]
+    n = len(arrays[names[0]])
+    probe = [paddle.to_tensor(arrays[k][:8]) for k in names]
+    try:
+        fused = fuse_conv_bn(paddle, student, teacher, probe)
+    except RuntimeError:            # a BatchNorm2D that is not its neighbour's: train unfused
+        student, fused = _build_layer(paddle, root, factory, weights), 0
+    # the parameters the fake-quant wrappers train in place, by their names in the plain model
+    tuned = dict(student.named_parameters())
+    before = {k: v.numpy().copy() for k, v in tuned.items()}
+    config = dict(QAT_CONFIG, weight_bits=int(settings.get("weight_bits", 8)))
+    quanter = QAT(config=config)
+    with quiet_stdout():
+        quanter.quantize(student)
+    student.train()
+    # batch norm keeps the statistics the float model was trained with: only weights move
+    for sub in student.sublayers():
+        if isinstance(sub, paddle.nn.layer.norm._BatchNormBase):
+            sub.eval()
+    opt = paddle.optimizer.Adam(learning_rate=float(settings["lr"]), parameters=student.parameters())
+    batch = int(settings["batch_size"])
+    rng = np.random.default_rng(0)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    stopped_by = "steps"
+    with open(progress, "w") as prog:
+        for step in range(int(settings["steps"])):
+            if time.perf_counter() - t0 > float(settings["max_seconds"]):
+                stopped_by = "max_seconds"
+                break
+            idx = rng.choice(n, size=min(batch, n), replace=False)
+            feeds = [paddle.to_tensor(arrays[k][idx]) for k in names]
+            with paddle.no_grad():
+                ref = _outputs(teacher(*feeds))
+            got = _outputs(student(*feeds))
+            loss = sum(paddle.mean((g - r) ** 2) / (paddle.mean(r ** 2) + 1e-8) for g, r in zip(got, ref))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+            prog.write(json.dumps({"step": step + 1, "loss": losses[-1],
+                                   "seconds": round(time.perf_counter() - t0, 2)}) + "\n")
+            prog.flush()
+    seconds = time.perf_counter() - t0
+    # the tuned float weights in the plain (batch-norm folded) model: the same quantizer as
+    # PTQ's then writes the target's INT8 scheme, so the contracts and conversions are PTQ's
+    plain = _build_layer(paddle, root, factory, weights)
+    if fused:
+        fuse_conv_bn(paddle, plain, teacher, probe)
+    plain.set_state_dict({k: v.numpy() for k, v in tuned.items()})
+    plain.eval()
+    moved = max((float(np.abs(v.numpy() - before[k]).max()) for k, v in tuned.items()), default=0.0)
+    specs = [paddle.static.InputSpec([None if d == -1 else d for d in s["shape"]], s["dtype"], s["name"])
+             for s in inputs]
+    with quiet_stdout():
+        _jit_save(paddle, plain, str(out_dir / "model"), specs)
+    for stray in out_dir.glob("model.pdiparams.info"):
+        stray.unlink()
+    return {"steps": len(losses), "fused_conv_bn": fused, "seconds": round(seconds, 2), "stopped_by": stopped_by,
+            "weights_moved_max_abs": round(moved, 6),
+            "loss_curve": [round(x, 6) for x in losses], "config": config,
+            "loss": "relative MSE of each output against the float model (distillation, no labels)"}
+
+
+def fuse_conv_bn(paddle, model, reference, probe: list) -> int:
+    """Fold each BatchNorm2D that directly follows a Conv2D (consecutive children of one
+    parent) into the conv, in place, before the fake quant goes in: the conv's output
+    quantization then sees what the deployed (folded) conv computes. Paddle's own
+    ``fuse_conv_bn`` fuses a copy and drops it (Paddle 3.3.1). Undone if the outputs move."""
+    from paddle.quantization.imperative.fuse_utils import fuse_layers
+
+    pairs = []
+    for parent_name, parent in [("", model), *model.named_sublayers()]:
+        kids = list(parent.named_children())
+        for (a, la), (b, lb) in zip(kids, kids[1:]):
+            if isinstance(la, paddle.nn.Conv2D) and isinstance(lb, paddle.nn.BatchNorm2D) \
+                    and la._out_channels == lb._num_features:
+                pre = f"{parent_name}." if parent_name else ""
+                pairs.append([pre + a, pre + b])
+    if not pairs:
+        return 0
+    model.eval()
+    fuse_layers(model, pairs, inplace=True)
+    with paddle.no_grad():
+        got, ref = _outputs(model(*probe)), _outputs(reference(*probe))
+    err = max(float(paddle.max(paddle.abs(g - r))) / (float(paddle.max(paddle.abs(r))) + 1e-8)
+              for g, r in zip(got, ref))
+    if err > 1e-3:
+        raise RuntimeError(f"folding batch norm into conv moved the outputs (relative {err:.2e})")
+    return len(pairs)
+
+
+def _outputs(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
