@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from .cache import Cache, sha256_file, sha256_json
+from .remote_cache import open_cache
 from .errors import ConfigError, EdgeforgeError
 from .fsutil import atomic_dir, out_lock, writable_dir, write_json_atomic
 from .manifest import BUILD_SCHEMA, build_manifest, read_manifest
@@ -306,7 +307,7 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     passes = plan_passes(project, plan)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
     check_out_dir(out_dir)
-    cache = Cache(plan.cache_dir, enabled=plan.use_cache)
+    cache = open_cache(plan)                # the local cache, and the remote one behind it
     # One build at a time into one --out: a second waits for the lock (a progress line), then
     # builds and replaces the first's build whole; never two writers in one directory.
     t0, waited = time.monotonic(), []

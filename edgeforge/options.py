@@ -64,6 +64,9 @@ class BuildOptions(_Options):
     legalize: bool = True
     no_cache: bool = False
     cache_dir: Optional[PathLike] = None
+    remote_cache: Optional[str] = None                # URL; None: $EDGEFORGE_REMOTE_CACHE, the user config
+    remote_cache_mode: Optional[Literal["readwrite", "read", "off"]] = None
+    remote_timeout: Optional[float] = Field(None, gt=0, le=3600, allow_inf_nan=False)  # s a request
 
     def resolve(self, target: TargetProfile) -> "ResolvedBuild":
         """Every choice made once, against ``target``. Raises ConfigError for a backend the
@@ -80,7 +83,9 @@ class BuildOptions(_Options):
                                else self.max_accuracy_drop),
             min_cosine=q.min_cosine if self.min_cosine is None else self.min_cosine,
             calibration_search=self.calibration_search, float_fallback=self.float_fallback,
-            qat=self.qat, legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir)
+            qat=self.qat, legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir,
+            remote_cache=self.remote_cache, remote_cache_mode=self.remote_cache_mode,
+            remote_timeout=self.remote_timeout)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,9 @@ class ResolvedBuild:
     legalize: bool
     use_cache: bool
     cache_dir: PathLike | None
+    remote_cache: str | None = None        # the remote cache (edgeforge.remote_cache resolves it)
+    remote_cache_mode: str | None = None
+    remote_timeout: float | None = None
 
     @property
     def valid_targets(self) -> list[str]:

@@ -151,6 +151,13 @@ def add_build_flags(p, full: bool = True) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="build directory (default: build/<name>-<target>[...])")
     p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--remote-cache", metavar="URL",
+                   help="a shared build cache over HTTP, behind the local one (default: "
+                        "$EDGEFORGE_REMOTE_CACHE, [cache] remote in the user config)")
+    p.add_argument("--remote-cache-mode", choices=["readwrite", "read", "off"],
+                   help="read: use it, upload nothing (pull requests); default readwrite")
+    p.add_argument("--remote-timeout", type=number(float, "seconds", at_most=3600), metavar="S",
+                   help="seconds a remote cache request may take (default 10)")
     if not full:
         return
     p.add_argument("--calibration", choices=["KL", "hist", "mse", "avg", "abs_max"],
@@ -230,6 +237,9 @@ def build_options(args, **extra):
         given["legalize"] = not args.no_legalize
     if getattr(args, "qat", None) is not None:
         given["qat"] = args.qat
+    for flag in ("remote_cache", "remote_cache_mode", "remote_timeout"):
+        if getattr(args, flag, None) is not None:
+            given[flag] = getattr(args, flag)
     precision = getattr(args, "precision", None)
     return BuildOptions.of(precision=None if precision == "auto" else precision, backend=args.backend,
                            no_cache=args.no_cache, **given, **extra)
@@ -462,7 +472,8 @@ def build_progress(quiet: bool):
             if phase == "start":
                 s.show(name, name)
             else:
-                note = "cached" if info["cache_hit"] else f"{info['seconds']:.1f}s"
+                note = ({"remote": "remote hit"}.get(info.get("source"), "cached") if info["cache_hit"]
+                        else f"{info['seconds']:.1f}s")
                 s.show(name, f"{escape(name)} [dim]({note})[/dim]", done=True, markup=True)
 
         def log(msg):

@@ -28,8 +28,9 @@ def register(sub) -> None:
     c.add_argument("--backend", choices=["lite", "onnx"])
     c.set_defaults(func=cmd_check)
 
-    k = sub.add_parser("cache", help="show or clear the build cache")
-    k.add_argument("action", nargs="?", choices=["info", "clear"], default="info")
+    k = sub.add_parser("cache", help="show, count or clear the build cache")
+    k.add_argument("action", nargs="?", choices=["info", "stats", "clear"], default="info",
+                   help="stats: local and remote hits, misses and bytes moved")
     k.set_defaults(func=cmd_cache)
 
 
@@ -150,6 +151,12 @@ def cmd_cache(args) -> int:
     if args.action == "clear":
         n = c.clear()
         print(f"removed {n} cache entries from {c.root}")
+    elif args.action == "stats":
+        from ..remote_cache import RemoteSettings, stats_lines
+
+        print("\n".join(stats_lines(c)))
+        remote = RemoteSettings.resolve()
+        print(f"remote: {remote.where() if remote else 'none set'}")
     else:
         print(f"{c.root}: {c.count()} entries")
     return ExitCode.OK

@@ -10,7 +10,7 @@ ROWS = {
     "errors": 0, "oserror": 0, "paddle_env": 0, "runner": 0, "lite_child": 0, "edgeforge": 0,
     "fsutil": 0.3, "cache": 0.6,
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "manifest": 1, "results": 1, "quant": 1,
-    "project": 2, "targets": 2, "report": 2,
+    "project": 2, "targets": 2, "report": 2, "remote_cache": 2,
     "contracts": 3, "options": 3,
     "passes": 4,
     "pipeline": 5,
