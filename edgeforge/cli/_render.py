@@ -15,7 +15,7 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     t.add_column("cache")
     t.add_column("seconds", justify="right")
     for s in m["steps"]:
-        t.add_row(s["pass"], "hit" if s["cache_hit"] else "miss", f"{s['seconds']:.2f}")
+        t.add_row(s["pass"], s.get("cache") or ("hit" if s["cache_hit"] else "miss"), f"{s['seconds']:.2f}")
     con.print(t)
     a = m["artifact"]
     fs = m.get("float_size_bytes")
