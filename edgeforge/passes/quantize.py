@@ -49,8 +49,8 @@ def calibration_batches(ctx: PassContext, cfg: QuantConfig) -> list[dict[str, np
     batches = []
     for b in range(cfg.calibration_batches):
         lo = b * cfg.batch_size
-        if lo >= n:
-            break
+        if lo >= n or (batches and n - lo < cfg.batch_size):
+            break       # no ragged last batch: onnxruntime's histogram calibrators stack the batches
         batches.append({k: data[k][lo:lo + cfg.batch_size] for k in names})
     return batches
 
