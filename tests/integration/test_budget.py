@@ -130,6 +130,17 @@ def test_without_labels_the_budget_is_the_cosine_verify_checks(unlabelled_outlie
     assert_verify_computed(tmp_path / "o", m, "exact-qdq", against_onnx_reference=True)
 
 
+def test_digits_for_tensorrt_needs_no_float_layer_whatever_the_host_cpu(digits_project, tmp_path):
+    """The README's jetson-orin digits artifact: plain KL INT8 meets the 1-point budget in exact
+    arithmetic (drop 0.00, cosine 0.9973). Judged by an AVX2 host's saturating kernels it
+    looked 3.33 points off (cosine 0.9349) and the build kept Conv.0 in float."""
+    m = api.build(digits_project, "jetson-orin", out=tmp_path / "orin").manifest
+    ab = m["accuracy_budget"]
+    assert [(a["algo"], a["kept"]) for a in ab["attempts"]] == [("KL", 0)], ab["attempts"]
+    assert m["keep_float"] == [] and ab["met"] and m["verify"]["accuracy_drop"] <= 1.0
+    assert_verify_computed(tmp_path / "orin", m, "exact-qdq")
+
+
 def assert_verify_computed(out, m, kind, against_onnx_reference=False):
     """verify's figures are those of ``kind`` arithmetic on the artifact; with
     ``against_onnx_reference``, that arithmetic is onnx's own numpy evaluation of the QDQ graph."""
@@ -144,7 +155,9 @@ def assert_verify_computed(out, m, kind, against_onnx_reference=False):
     with np.load(out / "reference" / "float_outputs.npz") as z:
         reference = [z[f"output_{i}"] for i in range(len(z.files))]
     outs = predict_all(predictor(out / "model.onnx", kind), feeds)
-    assert drift_metrics(outs, reference)["cosine"] == m["verify"]["cosine"]
+    # bit-for-bit in practice; 1e-9 leaves room for thread scheduling, far below what the host's
+    # kernels move it by (digits for jetson-orin on AVX2 without VNNI: 0.934907 against 0.997279)
+    assert abs(drift_metrics(outs, reference)["cosine"] - m["verify"]["cosine"]) <= 1e-9
     if against_onnx_reference:
         import onnx
         from onnx.reference import ReferenceEvaluator
