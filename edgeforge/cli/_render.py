@@ -81,6 +81,10 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     if fk and not fk.get("enabled", True):
         con.print(f"[yellow]fast KL off: {escape_text(fk.get('reason') or '?')}; "
                   "Paddle's own KL search ran (much slower)[/yellow]", soft_wrap=False)
+    qat = m.get("qat") or {}
+    if qat.get("entered"):
+        con.print(escape_text(f"QAT ({qat.get('steps')} steps, {qat.get('seconds')}s): shipped "
+                              f"{qat['shipped'].upper()}: {qat['why']}"), soft_wrap=False)
     if m.get("calibration_search"):
         con.print("calibration search: " + ", ".join(
             f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])

@@ -12,7 +12,7 @@
 5. point the device's ``python`` in devices.toml at it, so from then on the runner uses that env.
 
 Paddle Lite publishes no ARM wheel: for a ``lite`` target on ARM, setup says so and points to the
-docs/emulated-arm.md section on building Paddle Lite's ARM light API or ``benchmark_bin`` for the board.
+README section on building Paddle Lite's ARM light API or ``benchmark_bin`` for the board.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from ..targets import load_target
 from .inventory import Device, load_inventory
 from .transport import SSHTransport
 
-LITE_README = "docs/emulated-arm.md, 'Paddle Lite on an ARM board'"
+LITE_README = "README.md, 'Paddle Lite on an ARM board'"
 LITE_REMEDY = (f"no ARM paddlelite wheel exists on the package registry: build Paddle Lite's ARM light API "
                f"or benchmark_bin for the board (see {LITE_README})")
 LITE_NOTE = f"paddlelite: {LITE_REMEDY}"

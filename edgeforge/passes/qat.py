@@ -56,6 +56,7 @@ class QatPass(Pass):
     consumes = frozenset({ONNX})
     produces = ONNX
     Config = QatConfig
+    measured = ("qat.host",)           # host timings: kept out of the content (pipeline.MEASURED)
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: QatConfig = self.config
@@ -82,9 +83,12 @@ class QatPass(Pass):
         feeds, labels = evaluation_set(ctx)
         budget = make_budget(cfg.quant, ctx, labels)
         reference = _paddle_reference(ctx, feeds)
-        m_qat = budget.measure(runner_outputs(qat_onnx, feeds), reference, labels)
-        m_ptq = budget.measure(runner_outputs(inp.path / "model.onnx", feeds), reference, labels)
-        record["calibration"] = algo
+        from ..quant.arithmetic import host_arithmetic
+
+        arith = host_arithmetic(ctx.target, ctx.backend)     # the target's INT8 arithmetic, as PTQ's budget
+        m_qat = budget.measure(runner_outputs(qat_onnx, feeds, arith), reference, labels)
+        m_ptq = budget.measure(runner_outputs(inp.path / "model.onnx", feeds, arith), reference, labels)
+        record.update(calibration=algo, arithmetic=arith["kind"])
         record.update(entered=True, entered_because=why_in, budget=budget.describe(), measured=m_qat,
                       float_layers=len(left), ptq={"float_layers": len(ptq_float) + len(user_float),
                                                    "measured": m_ptq})

@@ -1,0 +1,104 @@
+"""quantize.qat (issue 30): quantization-aware fine-tuning by distillation, on the real digits
+example, real PaddleSlim, paddle2onnx and onnxruntime. A few dozen steps: seconds of training."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from edgeforge import api
+from edgeforge.contracts import check_qdq
+from edgeforge.targets import load_target
+from helpers import copy_project, run_cli
+
+
+def _with_qat(proj, **settings):
+    text = (proj / "edgeforge.toml").read_text()
+    lines = "".join(f"{k} = {v}\n" for k, v in settings.items())
+    (proj / "edgeforge.toml").write_text(text + "\n[quantization.qat]\n" + lines)
+    return proj
+
+
+@pytest.fixture(scope="module")
+def qat_project(digits_project, tmp_path_factory):
+    return _with_qat(copy_project(digits_project, tmp_path_factory.mktemp("qat") / "digits"), steps=30)
+
+
+def test_qat_build_ships_every_layer_int8_within_the_budget(qat_project, tmp_path):
+    out = tmp_path / "b"
+    r = run_cli("build", str(qat_project), "--target", "linux-x86", "--qat", "--out", str(out))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "QAT (30 steps" in r.stdout and "shipped QAT" in r.stdout     # the decision is shown
+    m = json.loads((out / "manifest.json").read_text())
+    q = m["qat"]
+    assert q["entered"] and q["shipped"] == "qat", q["why"]
+    assert q["float_layers"] == 0 and m["keep_float"] == []
+    assert q["steps"] == 30 and len(q["loss_curve"]) == 30 and q["loss_curve"][-1] < q["loss_curve"][0]
+    assert q["measured"]["accuracy_drop"] <= 1.0 and q["fused_conv_bn"] == 3
+    assert "quantize.qat" in [s["pass"] for s in m["steps"]]
+    assert m["verify"]["status"] == "passed" and m["verify"]["accuracy_drop"] <= 1.0
+    # a second build with other QAT settings is another cache key for the step
+    key = {s["pass"]: s["cache_key"] for s in m["steps"]}["quantize.qat"]
+    plan = api.plan_passes(api.load_project(qat_project),
+                           api.BuildOptions.of(qat=True).resolve(load_target("linux-x86")))
+    assert [p.name for p in plan][-2:] == ["quantize.qat", "verify"]
+    assert key
+
+
+def test_qat_for_jetson_orin_passes_the_tensorrt_rules(qat_project, tmp_path):
+    r = api.build(qat_project, "jetson-orin", out=tmp_path / "orin", qat=True)
+    m = r.manifest
+    assert m["qat"]["shipped"] == "qat", m["qat"]["why"]
+    c = m["verify"]["contract"]
+    assert (c["provider"], c["status"], c["violations"]) == ("TensorrtExecutionProvider", "passed", 0)
+    assert c["zero_points_nonzero"] == 0 and set(c["zero_point_types"]) == {"int8"}
+    rules = load_target("jetson-orin").backend.onnx.rules["TensorrtExecutionProvider"]
+    assert check_qdq(r.out_dir / "model.onnx", rules) == []
+    assert m["verify"]["status"] == "passed"
+
+
+def test_a_qat_that_misses_the_budget_falls_back_to_ptq_and_says_so(digits_project, tmp_path):
+    # lr 1.0 wrecks the weights in a few steps: the fine-tuned model cannot hold the budget
+    proj = _with_qat(copy_project(digits_project, tmp_path / "digits"), steps=5, lr=1.0)
+    out = tmp_path / "b"
+    r = run_cli("build", str(proj), "--target", "linux-x86", "--qat", "--out", str(out))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "shipped PTQ: QAT missed the budget" in r.stdout
+    m = json.loads((out / "manifest.json").read_text())
+    q = m["qat"]
+    assert q["entered"] and q["shipped"] == "ptq" and q["why"].startswith("QAT missed the budget"), q
+    assert q["measured"]["accuracy_drop"] > 1.0 >= q["ptq"]["measured"]["accuracy_drop"]
+    assert m["verify"]["status"] == "passed"
+
+
+def test_auto_qat_enters_only_when_ptq_keeps_layers_in_float(digits_project, tmp_path):
+    """[quantization.qat] auto: digits' PTQ keeps every layer INT8, so the step passes it on;
+    the outlier digits (3 channels 1000x, see test_budget) keep layers in float: QAT runs."""
+    plain = _with_qat(copy_project(digits_project, tmp_path / "plain"), auto="true", steps=5)
+    m = api.build(plain, "linux-x86", out=tmp_path / "b1").manifest
+    assert m["qat"] == {"entered": False, "shipped": "ptq", "why": "PTQ kept every layer INT8"}
+    hard = _with_qat(copy_project(digits_project, tmp_path / "hard"), auto="true", steps=20)
+    with open(hard / "digits.pdparams", "rb") as fh:
+        state = pickle.load(fh)
+    for ch in (0, 1, 2):
+        state["features.1.weight"][ch] *= 1000.0
+        state["features.1.bias"][ch] *= 1000.0
+        state["features.4.weight"][:, ch] /= 1000.0
+    with open(hard / "digits.pdparams", "wb") as fh:
+        pickle.dump(state, fh, protocol=4)
+    m = api.build(hard, "linux-x86", out=tmp_path / "b2").manifest
+    q = m["qat"]
+    assert q["entered"] and q["entered_because"].startswith("PTQ kept"), q
+    assert q["ptq"]["float_layers"] >= 1
+    assert (m["keep_float"] == []) == (q["shipped"] == "qat")
+    assert m["verify"]["status"] == "passed"
+
+
+def test_bad_qat_settings_are_one_line_exit_2(digits_project, tmp_path):
+    proj = _with_qat(copy_project(digits_project, tmp_path / "digits"), steps=0)
+    r = run_cli("build", str(proj), "--target", "linux-x86", "--qat", "--out", str(tmp_path / "b"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "steps" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("build", str(proj), "--target", "rpi4", "--qat", "--out", str(tmp_path / "b"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
