@@ -12,7 +12,8 @@ import argparse
 COMMON = {
     "project": "the project directory (holds edgeforge.toml)",
     "build_dir": "a build directory written by `edgeforge build` (holds manifest.json)",
-    "--target": "target profile name (`edgeforge targets` lists them)",
+    "--target": "a target profile, or a family (jetson, rpi, android, linux) for its default "
+                "(`edgeforge targets` lists them)",
     "--backend": "lite or onnx (default: the target's default backend)",
     "--precision": "int8, fp16 or fp32 (default: the target's precision for the backend)",
     "--no-cache": "rebuild every pass instead of reusing cached outputs",

@@ -30,8 +30,8 @@ def _build(project, tmp_path, target="jetson-orin"):
 def test_misspelled_required_key_names_it_and_the_closest(project, tmp_path):
     before = _edit(project, "factory =", "factroy =")
     res, out = _build(project, tmp_path)
-    assert_clean_failure(res, 2, "unknown key 'model.factroy' (did you mean 'factory'?)",
-                         "required key 'model.factory' is missing", out=out)
+    # factory is one of two ways to give the model (factory or inference): the misspelling is named
+    assert_clean_failure(res, 2, "unknown key 'model.factroy' (did you mean 'factory'?)", out=out)
     assert (project / "edgeforge.toml").read_text() == before
 
 
