@@ -80,10 +80,12 @@ def plan_passes(project: Project, build: ResolvedBuild):
         passes.append(LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt)))
     if backend == "lite":
         if precision == "int8":
-            if build.qat:
-                raise ConfigError("--qat builds INT8 through the ONNX backend only (for now)",
-                                  hint="add --backend onnx, or drop --qat for Paddle Lite's PTQ")
             passes.append(PaddlePTQPass(qcfg))
+            if build.qat is not False and (build.qat or project.spec.quantization.qat.auto):
+                from .passes.qat import QatPass, qat_config
+
+                passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat), 13,
+                                                 backend="lite")))
             if build.legalize:
                 passes.append(LegalizeInt8Pass(LegalizeInt8Pass.Config(backend=backend,
                                                                        valid_targets=vt)))

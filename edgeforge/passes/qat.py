@@ -1,10 +1,11 @@
 """quantize.qat: quantization-aware fine-tuning when post-training INT8 keeps layers in float.
 
-Runs after ``quantize.onnx``. Entered when ``--qat`` asks for it, or (``[quantization.qat]
+Runs after ``quantize.onnx`` (or ``quantize.ptq`` on the Lite backend). Entered when ``--qat`` asks for it, or (``[quantization.qat]
 auto = true``) when the PTQ budget search kept layers in float beyond the user's. The user's
 model is fine-tuned with fake quantization against its float self by distillation on the
 calibration data (:mod:`edgeforge.quant.qat`, in a child process: the user's code runs
-there), converted by paddle2onnx to a QDQ model, and judged on the evaluation set exactly as
+there), quantized by the PTQ pass's own quantizer and target scheme (onnxruntime's on the
+tuned ONNX, Paddle's PTQ on the tuned program for Lite), and judged on the evaluation set exactly as
 the PTQ budget judges (labels only to judge). Shipped when every layer is INT8 and the budget
 holds; otherwise the PTQ result goes on, with its float layers, and the manifest says why.
 The artifact then goes through verify (accuracy, the target's runtime contract) like PTQ's.
@@ -22,7 +23,7 @@ from pydantic import Field
 
 from ..errors import ConfigError, PassError
 from ..native import run_native
-from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
+from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 from .quantize import ONNX_QUANTIZABLE, QuantConfig, evaluation_set, make_budget, runner_outputs
 
 _TIMEOUT_PAD_S = 600          # the child's own bound is max_seconds; this covers start and save
@@ -36,6 +37,7 @@ class QatConfig(PassConfig):
     lr: float = Field(1e-4, gt=0)
     batch_size: int = Field(32, gt=0)
     opset: int = 13
+    backend: str = "onnx"              # lite: after quantize.ptq, Paddle's PTQ on the tuned program
     quant: QuantConfig                 # the budget and the data digests (cache key)
 
 
@@ -53,17 +55,23 @@ def float_layers(model: Path) -> list[str]:
 class QatPass(Pass):
     name = "quantize.qat"
     version = 1
-    consumes = frozenset({ONNX})
+    consumes = frozenset({ONNX, PADDLE_INT8})      # after quantize.onnx, or quantize.ptq (Lite)
     produces = ONNX
     Config = QatConfig
     measured = ("qat.host",)           # host timings: kept out of the content (pipeline.MEASURED)
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        if self.config.backend == "lite":
+            self.produces = PADDLE_INT8
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: QatConfig = self.config
         user_float = set(cfg.quant.keep_float)
         ptq_float = [k for k in inp.meta.get("keep_float") or [] if k not in user_float]
         meta = {k: v for k, v in inp.meta.items()}
-        shutil.copy2(inp.path / "model.onnx", out_dir / "model.onnx")
+        lite = inp.kind == PADDLE_INT8
+        _copy_all(inp.path, out_dir)
         if not cfg.force and not (cfg.auto and ptq_float):
             why = "PTQ kept every layer INT8" if not ptq_float else "not asked for (--qat, [quantization.qat] auto)"
             meta["qat"] = {"entered": False, "shipped": "ptq", "why": why}
@@ -76,19 +84,27 @@ class QatPass(Pass):
             meta["qat"] = {"entered": False, "shipped": "ptq", "why": "no [model] factory to fine-tune"}
             return meta
         ctx.log(f"QAT ({why_in}): up to {cfg.steps} steps or {cfg.max_seconds:g}s of distillation")
-        scheme = _scheme(ctx)
-        record = self._train(ctx, weight_bits=7 if scheme.reduce_range else 8)
-        qat_onnx, algo = self._quantize(ctx, self._convert(ctx), inp.meta)
-        left = [k for k in float_layers(qat_onnx) if k not in user_float]
+        record = self._train(ctx, weight_bits=7 if not lite and _scheme(ctx).reduce_range else 8)
         feeds, labels = evaluation_set(ctx)
         budget = make_budget(cfg.quant, ctx, labels)
         reference = _paddle_reference(ctx, feeds)
-        from ..quant.arithmetic import host_arithmetic
+        if lite:      # Paddle's PTQ on the tuned program; judged as quantize.ptq judges (fake-quant program)
+            from ..paddle_env import paddle_inference
 
-        arith = host_arithmetic(ctx.target, ctx.backend)     # the target's INT8 arithmetic, as PTQ's budget
-        m_qat = budget.measure(runner_outputs(qat_onnx, feeds, arith), reference, labels)
-        m_ptq = budget.measure(runner_outputs(inp.path / "model.onnx", feeds, arith), reference, labels)
-        record.update(calibration=algo, arithmetic=arith["kind"])
+            qat_model, algo = self._quantize_paddle(ctx)
+            left = []
+            m_qat = budget.measure(paddle_inference(qat_model, feeds), reference, labels)
+            m_ptq = budget.measure(paddle_inference(inp.path, feeds), reference, labels)
+            record.update(calibration=algo, arithmetic="paddle fake-quant program (simulated on the host)")
+        else:
+            from ..quant.arithmetic import host_arithmetic
+
+            qat_model, algo = self._quantize(ctx, self._convert(ctx), inp.meta)
+            left = [k for k in float_layers(qat_model) if k not in user_float]
+            arith = host_arithmetic(ctx.target, ctx.backend)     # the target's INT8 arithmetic, as PTQ's budget
+            m_qat = budget.measure(runner_outputs(qat_model, feeds, arith), reference, labels)
+            m_ptq = budget.measure(runner_outputs(inp.path / "model.onnx", feeds, arith), reference, labels)
+            record.update(calibration=algo, arithmetic=arith["kind"])
         record.update(entered=True, entered_because=why_in, budget=budget.describe(), measured=m_qat,
                       float_layers=len(left), ptq={"float_layers": len(ptq_float) + len(user_float),
                                                    "measured": m_ptq})
@@ -98,10 +114,18 @@ class QatPass(Pass):
             record.update(shipped="ptq", why=f"QAT missed the budget ({budget.describe()}): {budget.figure(m_qat)}")
         else:
             record.update(shipped="qat", why=f"every layer INT8 within the budget: {budget.figure(m_qat)}")
-        self._time(ctx, inp.path / "model.onnx", qat_onnx, record)
+        if lite:
+            record["host"] = None
+        else:
+            self._time(ctx, inp.path / "model.onnx", qat_model, record)
         ctx.log(f"QAT: shipping {record['shipped'].upper()}: {record['why']}")
         if record["shipped"] == "qat":
-            shutil.copy2(qat_onnx, out_dir / "model.onnx")
+            if lite:
+                shutil.rmtree(out_dir / "plain_int8", ignore_errors=True)    # PTQ's, for its float cost
+                for f in qat_model.iterdir():
+                    shutil.copy2(f, out_dir / f.name)
+            else:
+                shutil.copy2(qat_model, out_dir / "model.onnx")
             meta["keep_float"] = []
             meta.pop("int8_vs_fp32", None)       # timed on the PTQ model; QAT's is in qat.host
             if meta.get("accuracy_budget"):
@@ -175,6 +199,21 @@ class QatPass(Pass):
                           list(quant.keep_float), {})
         return out, algo
 
+    def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:
+        """The tuned program through quantize.ptq's own PostTrainingQuantization."""
+        from .quantize import PaddlePTQPass, calibration_batches
+
+        quant = self.config.quant
+        algo = quant.algo if quant.algo_fixed else "avg"
+        q = PaddlePTQPass(quant)
+        q.fast_kl = {}
+        out = ctx.workdir / "qat" / "ptq"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        ctx.log(f"QAT: Paddle PTQ ({algo}) of the tuned program")
+        return q._ptq(ctx.workdir / "qat" / "program", out, calibration_batches(ctx, quant), algo,
+                      list(quant.keep_float)), algo
+
     def _time(self, ctx: PassContext, ptq: Path, qat: Path, record: dict) -> None:
         """Where the host runs the target's runtime: PTQ and QAT timed interleaved."""
         import os
@@ -191,6 +230,11 @@ class QatPass(Pass):
         record["host"] = {"ptq_p50_ms": round(p50(samples["ptq"]), 4), "qat_p50_ms": round(p50(samples["qat"]), 4),
                           "ptq_samples_ms": [round(x, 5) for x in samples["ptq"]],
                           "qat_samples_ms": [round(x, 5) for x in samples["qat"]], "threads": threads, "note": NOTE}
+
+
+def _copy_all(src: Path, dst: Path) -> None:
+    for p in src.iterdir():
+        (shutil.copytree if p.is_dir() else shutil.copy2)(p, dst / p.name)
 
 
 def _scheme(ctx: PassContext):
@@ -223,9 +267,9 @@ def _show_progress(path: Path, steps: int, log, stop: threading.Event, every: fl
 
 
 def qat_config(project_qat, quant: QuantConfig, force: bool, opset: int,
-               overrides: Optional[dict] = None) -> QatConfig:
+               overrides: Optional[dict] = None, backend: str = "onnx") -> QatConfig:
     """The pass config from the project's ``[quantization.qat]`` and the build's flags."""
     base = project_qat.model_dump() if project_qat is not None else {}
     base.update(overrides or {})
-    return QatConfig(force=force, quant=quant, opset=opset, **base)
+    return QatConfig(force=force, quant=quant, opset=opset, backend=backend, **base)
 
