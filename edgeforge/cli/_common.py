@@ -257,7 +257,7 @@ def bench_options(args, **extra):
 
 # ---------------------------------------------------------------- gates
 
-_GATE_FLAGS = GATE_NAMES
+GATE_FLAGS = GATE_NAMES
 _NEEDS_GATE = "--junit needs a gate: --max-accuracy-drop, --max-p50-ms or --min-int8-speedup"
 
 
@@ -283,7 +283,7 @@ def gate_options(args) -> GateOptions:
     through as it is)."""
     if isinstance(args, GateOptions):
         return args
-    return GateOptions.of(**{k: getattr(args, k, None) for k in _GATE_FLAGS},
+    return GateOptions.of(**{k: getattr(args, k, None) for k in GATE_FLAGS},
                           force=bool(getattr(args, "force", False)), junit=getattr(args, "junit", None))
 
 

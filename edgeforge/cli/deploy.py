@@ -12,7 +12,7 @@ import json
 
 from ..errors import ConfigError, ExitCode
 from ._common import (
-    _GATE_FLAGS,
+    GATE_FLAGS,
     EXIT_CODES_HELP,
     add_bench_flags,
     add_device_flags,
@@ -129,7 +129,7 @@ def cmd_deploy(args) -> int:
     check_gate_flags(args)
     selector = _selector(args)
     results_dir = _results_dir(args)
-    gates = {k: getattr(args, k, None) for k in _GATE_FLAGS if getattr(args, k, None) is not None}
+    gates = {k: getattr(args, k, None) for k in GATE_FLAGS if getattr(args, k, None) is not None}
     if gates and args.force:
         gates["force"] = True
     with fleet_progress(args.quiet) as on_step:

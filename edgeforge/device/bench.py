@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import posixpath
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -49,11 +49,11 @@ from .settings import (
     results_dir_of,
     validate_build,
 )
+from .events import Partial, tail
 from .health import guarded     # its home was here: fleet, deploy and load import it from here
 from .runner_errors import runner_error
 from .transport import SSHTransport
 
-EVENT_PREFIX = "@@edgeforge "
 DEADLINE_GRACE_S = 5.0
 BACKOFF_S = 0.5             # first wait; doubles each retry
 
@@ -65,40 +65,6 @@ Step = Callable[[str, str], None]   # (step, message)
 class BenchOutcome:
     result: dict
     path: Path
-
-
-@dataclass
-class _Partial:
-    """What the runner has reported so far (events, in order)."""
-    events: list = field(default_factory=list)
-
-    def first(self, name):
-        return next((e for e in self.events if e.get("event") == name), None)
-
-    def fingerprint(self, when):
-        return next((e["fingerprint"] for e in self.events
-                     if e.get("event") == "fingerprint" and e.get("when") == when), None)
-
-    @property
-    def last(self) -> str:
-        """The last event that is a step (an ``error`` event says why, not where)."""
-        steps = [e["event"] for e in self.events if e.get("event") != "error"]
-        return steps[-1] if steps else "nothing"
-
-    def feed(self, line: str) -> dict | None:
-        if not line.startswith(EVENT_PREFIX):
-            return None
-        try:
-            ev = json.loads(line[len(EVENT_PREFIX):])
-        except ValueError:
-            return None
-        self.events.append(ev)
-        return ev
-
-
-def _tail(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip() and not ln.startswith(EVENT_PREFIX)]
-    return lines[-1][:300] if lines else ""
 
 
 def _signal_name(n: int) -> str:
@@ -139,7 +105,7 @@ class Bench:
         self.trust_new_host = opts.trust_new_host
         self.results_dir = results_dir_of(opts)
         self.on_step = on_step or (lambda step, msg: None)
-        self.partial = _Partial()
+        self.partial = Partial()
         self.transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [], "reused": []}
         self.remote_dir: str | None = None
         self.stopped_by: int | None = None      # the signal that stopped the run (interrupt.py)
@@ -174,7 +140,7 @@ class Bench:
             raise self.error(RuntimeMissing, f"python '{self.device.python}' not found on the device",
                              hint="set python = ... in devices.toml to a Python 3 with numpy and the runtime")
         if line is None:
-            raise self.error(RunnerCrashed, f"could not check files with {self.device.python} (exit {r.exit_code}): {_tail(r.stderr)}")
+            raise self.error(RunnerCrashed, f"could not check files with {self.device.python} (exit {r.exit_code}): {tail(r.stderr)}")
         info = json.loads(line[len(PREPARE_PREFIX):])
         arch = self.manifest.get("target_profile", {}).get("arch")
         if arch and not arch_matches(arch, info.get("machine")):
@@ -271,10 +237,10 @@ class Bench:
         if r.exit_code != 0:
             if r.signal:
                 raise self.error(RunnerCrashed, f"runner crashed ({_signal_name(r.signal)}) during {self._phase()}"
-                                 + (f": {_tail(r.stderr)}" if _tail(r.stderr) else ""))
+                                 + (f": {tail(r.stderr)}" if tail(r.stderr) else ""))
             if r.exit_code == 127:
                 raise self.error(RuntimeMissing, f"python '{self.device.python}' not found on the device")
-            raise self.error(RunnerCrashed, f"runner exited {r.exit_code} during {self._phase()}: {_tail(r.stderr) or 'no message'}")
+            raise self.error(RunnerCrashed, f"runner exited {r.exit_code} during {self._phase()}: {tail(r.stderr) or 'no message'}")
         if not self.partial.first("done"):
             raise self.error(RunnerCrashed, f"runner stopped without an error during {self._phase()}")
 

@@ -16,7 +16,7 @@ from ..manifest import read_manifest
 from ..options import BenchOptions
 from ..results.deploy import DeviceEntry, new_record
 from .bench import Bench, guarded, resolve_settings
-from .deploy_device import (KEEP, Deployer, DeploySpec, Step, Switch, _detail, _Link, device_settings,
+from .deploy_device import (KEEP, Deployer, DeploySpec, Step, Switch, detail, Link, device_settings,
                             release_files, switch_device)
 from .deploy_safety import HealthUnchecked, StateUnknown, StopRequest, last_record_note
 from .health import HealthStore
@@ -35,7 +35,7 @@ def list_releases(name: str, device: str, opts: BenchOptions | None = None):
     opts = opts or BenchOptions()
     check_name(name)
     dev = load_inventory(opts.inventory).get(device)
-    link = _Link(dev, device_settings(dev, opts), opts, lambda s, m: None)
+    link = Link(dev, device_settings(dev, opts), opts, lambda s, m: None)
     tr = link.connect()
     try:
         st = Releases(tr, name, link.settings.command_timeout_s).state()
@@ -60,7 +60,7 @@ def _record_error(entry: DeviceEntry, exc: BaseException) -> None:
     else:
         entry.status = "switched back" if isinstance(exc, HealthCheckFailed) else "failed"
     if isinstance(exc, EdgeforgeError):
-        entry.error, entry.hint = _detail(exc), exc.hint
+        entry.error, entry.hint = detail(exc), exc.hint
         entry.exit_code = int(exc.exit_code)
     else:  # a bug: still a value for this device only
         entry.error, entry.exit_code = f"internal error {type(exc).__name__}: {exc}", 70
@@ -174,9 +174,9 @@ def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record
         try:
             out = b.run()
         except EdgeforgeError as exc:
-            e.error, e.hint = f"canary bench: {_detail(exc)}", exc.hint
+            e.error, e.hint = f"canary bench: {detail(exc)}", exc.hint
             e.status, e.exit_code = "failed", int(exc.exit_code)
-            return f"{dev.name}: bench failed: {_detail(exc)}"
+            return f"{dev.name}: bench failed: {detail(exc)}"
         e.bench_result = str(out.path)
         results.append(out.result)
     verdicts = evaluate_gates(results, **gates) if gates else []
@@ -201,7 +201,7 @@ def _revert(dev: Device, name: str, opts: BenchOptions, e: DeviceEntry, why: str
         e.notes.append(f"switched back to {e.from_ or 'no release'}")
     except EdgeforgeError as exc:
         e.status, e.exit_code = "failed", 4
-        e.notes.append(f"could not switch back: {_detail(exc)}")
+        e.notes.append(f"could not switch back: {detail(exc)}")
 
 
 def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: str | None = None,

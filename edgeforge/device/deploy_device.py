@@ -92,7 +92,7 @@ def device_settings(dev: Device, opts: BenchOptions) -> SimpleNamespace:
                            command_timeout_s=float(opts.timeout or command))
 
 
-class _Link:
+class Link:
     """One device connection, with bench's connect (retries, backoff) and its lease."""
 
     connect = Bench.connect
@@ -116,7 +116,7 @@ class _Link:
             tr.close()
 
 
-def _detail(exc: EdgeforgeError) -> str:
+def detail(exc: EdgeforgeError) -> str:
     return getattr(exc, "detail", None) or exc.message
 
 
@@ -133,7 +133,7 @@ def health_check_or_back(tr, store: Releases, entry: DeviceEntry, files, timeout
     except DeployStopped:
         raise
     except EdgeforgeError as exc:
-        why = _detail(exc)
+        why = detail(exc)
     if not tr.is_connected():
         raise ConnectionLost(dev.name, f"connection lost during the health check ({why})")
     entry.switch_sent, entry.verified = True, False
@@ -174,7 +174,7 @@ class Deployer:
         files = release_files(self.build_dir, self.manifest)
         digests = b.local_digests(files)
         sha = self.manifest["artifact"]["sha256"]
-        link = _Link(dev, b.settings, self.opts, step)
+        link = Link(dev, b.settings, self.opts, step)
         step("connect", f"{dev.name} ({dev.address})")
         try:
             link(f"edgeforge deploy {self.name}@{sha[:12]}",
@@ -316,4 +316,4 @@ def switch_device(dev: Device, name: str, opts: BenchOptions, entry: DeviceEntry
         entry.status = "rolled back" if action == "rollback" else "reverted"
 
     step("connect", f"{dev.name} ({dev.address})")
-    _Link(dev, settings, opts, step)(f"edgeforge {action} {name}", on)
+    Link(dev, settings, opts, step)(f"edgeforge {action} {name}", on)

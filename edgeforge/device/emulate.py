@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import ConfigError, DeviceError
 from . import rootfs as rfs
 from .inventory import Device, render_device_toml
-from .localsshd import _keygen, free_port, sshd_config, wait_for_banner
+from .localsshd import keygen, free_port, sshd_config, wait_for_banner
 
 NAME = "emu-arm64"
 CPUS = ("cortex-a72", "cortex-a76", "cortex-a53", "cortex-a55", "cortex-a57", "neoverse-n1", "max")
@@ -161,8 +161,8 @@ class Emulator:
         conf.mkdir(parents=True, exist_ok=True)
         self.path("/run/sshd").mkdir(parents=True, exist_ok=True)
         self.path(WORKDIR).mkdir(parents=True, exist_ok=True)
-        _keygen(conf / "ssh_host_ed25519_key", "edgeforge-emulate-host")
-        _keygen(self.client_key, "edgeforge-emulate-client")
+        keygen(conf / "ssh_host_ed25519_key", "edgeforge-emulate-host")
+        keygen(self.client_key, "edgeforge-emulate-client")
         auth = conf / "authorized_keys"
         auth.write_text(self.client_key.with_suffix(".pub").read_text())
         os.chmod(auth, 0o600)

@@ -32,7 +32,7 @@ from typing import Callable
 
 from ..errors import (Busy, ConnectionLost, DeviceError, LeaseLost, Misconfigured, RunnerCrashed, RunnerTimeout,
                       RuntimeMissing)
-from .localsshd import _pid_alive
+from .process import pid_alive
 from .transport import SSHTransport
 
 LEASE_DIR = ".lease"
@@ -215,7 +215,7 @@ class Lease:
                 with _ACTIVE_LOCK:
                     if holder.get("token") not in _ACTIVE:
                         return "left by an earlier bench of this process that lost its connection"
-            elif not _pid_alive(pid):
+            elif not pid_alive(pid):
                 return f"its owner (pid {pid} on this machine) is gone"
         return None
 

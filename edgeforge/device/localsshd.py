@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DeviceError, EdgeforgeError
 from .inventory import Device, render_device_toml
+from .process import pid_alive
 
 SSHD = os.environ.get("EDGEFORGE_SSHD", "/usr/sbin/sshd")
 
@@ -36,7 +37,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _keygen(path: Path, comment: str) -> None:
+def keygen(path: Path, comment: str) -> None:
     if path.exists():
         return
     exe = shutil.which("ssh-keygen")
@@ -44,20 +45,6 @@ def _keygen(path: Path, comment: str) -> None:
         raise ConfigError("ssh-keygen not found", hint="install openssh-client (apt-get install -y openssh-client)")
     subprocess.run([exe, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is not alive
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def children_of(pid: int) -> list[int]:
@@ -177,8 +164,8 @@ class LocalSshd:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         self.workdir.mkdir(exist_ok=True)
-        _keygen(self.host_key, "edgeforge-localsshd-host")
-        _keygen(self.client_key, "edgeforge-localsshd-client")
+        keygen(self.host_key, "edgeforge-localsshd-host")
+        keygen(self.client_key, "edgeforge-localsshd-client")
         self.authorized_keys.write_text(self.client_key.with_suffix(".pub").read_text())
         os.chmod(self.authorized_keys, 0o600)
         if os.geteuid() == 0:
@@ -200,7 +187,7 @@ class LocalSshd:
 
     def running(self) -> bool:
         pid = self.pid
-        return pid is not None and _pid_alive(pid)
+        return pid is not None and pid_alive(pid)
 
     def start(self, timeout: float = 10.0) -> "LocalSshd":
         if self.running():
@@ -238,7 +225,7 @@ class LocalSshd:
     def stop(self, connections: bool = True) -> None:
         """Stop the listener and (by default) every connection it serves."""
         pid = self.pid
-        if pid is None or not _pid_alive(pid):
+        if pid is None or not pid_alive(pid):
             self.pid_file.unlink(missing_ok=True)
             return
         kids = children_of(pid) if connections else []
@@ -248,9 +235,9 @@ class LocalSshd:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and _pid_alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.05)
-        if _pid_alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
         self.pid_file.unlink(missing_ok=True)
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Misconfigured, ReleaseRefused, RunnerCrashed, RunnerTimeout,
                       RuntimeMissing, SmokeFailed)
-from .bench import _Partial, _tail
+from .events import Partial, tail
 from .lease import Lease
 from .transport import SSHTransport
 
@@ -396,7 +396,7 @@ def run_smoke(tr, remote_dir: str, files: dict[str, str], timeout_s: float, leas
     keys = []
     spec = {"files": files, "deadline_s": timeout_s + 5.0,
             "lease": ({"dir": f"{dev.workdir}/.lease", "token": lease.token} if lease is not None else None)}
-    partial = _Partial()
+    partial = Partial()
 
     def on_line(line):
         ev = partial.feed(line)
@@ -439,5 +439,5 @@ def run_smoke(tr, remote_dir: str, files: dict[str, str], timeout_s: float, leas
         raise SmokeFailed(dev.name, f"smoke test failed: {smoke.get('reason')} on {smoke.get('samples')} "
                           "reference inputs", hint="not switched in; the build does not hold its budget here")
     if r.exit_code != 0 or not smoke:
-        raise RunnerCrashed(dev.name, f"smoke test exited {r.exit_code}: {_tail(r.stderr) or 'no verdict'}")
+        raise RunnerCrashed(dev.name, f"smoke test exited {r.exit_code}: {tail(r.stderr) or 'no verdict'}")
     return {k: v for k, v in smoke.items() if k != "event"}

@@ -202,14 +202,14 @@ def curve_svg(e: dict) -> str | None:
     """Throughput (x) against p99 (y) for one load result; the knee ringed, the SLO pick starred,
     the SLO drawn as a dashed line."""
     from ..results.knee import series as series_of
-    from .plots import _figure, to_svg
+    from .plots import figure, to_svg
 
     levels = e["levels"]
     groups = series_of(levels)
     if not groups:
         return None
     knees, pick = _marks(e)
-    fig = _figure(8.0, 3.6)
+    fig = figure(8.0, 3.6)
     ax = fig.subplots()
     for key, ix in groups.items():
         xs = [levels[i]["inferences_per_s"] for i in ix]

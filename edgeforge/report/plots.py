@@ -34,7 +34,7 @@ def to_svg(fig, prefix: str) -> str:
     return re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", text)
 
 
-def _figure(width: float, height: float):
+def figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     import matplotlib
@@ -62,7 +62,7 @@ def latency_distributions(summary: dict, results: list[dict]) -> str | None:
     for i, e in enumerate(entries):
         groups.setdefault((e["device"]["name"], e["device"]["fingerprint_id"]), []).append(i)
     heights = [max(1.2, 0.42 * len(ix) + 0.6) for ix in groups.values()]
-    fig = _figure(11.0, sum(heights) + 0.3)
+    fig = figure(11.0, sum(heights) + 0.3)
     axes = fig.subplots(len(groups), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     for ax, ((device, fid), ix) in zip(axes, groups.items()):
         data = [np.asarray(results[i]["samples_ms"]) for i in ix]
@@ -91,7 +91,7 @@ def int8_vs_float(summary: dict, results: list[dict]) -> str | None:
     if not pairs:
         return None
     by_id = {e["id"]: r for e, r in zip(summary["results"], results)}
-    fig = _figure(11.0, 0.75 * len(pairs) + 1.4)
+    fig = figure(11.0, 0.75 * len(pairs) + 1.4)
     ax_lat, ax_acc = fig.subplots(1, 2, width_ratios=[3, 1.3], sharey=True)
     names = [f"{p['model']}/{p['target']}\n{p['device']} · {p['fingerprint_id']}" for p in pairs]
     y = np.arange(len(pairs))
@@ -131,7 +131,7 @@ def artifact_sizes(summary: dict) -> str | None:
     arts = [a for a in summary["artifacts"] if a.get("size_bytes")]
     if not arts:
         return None
-    fig = _figure(11.0, 0.38 * len(arts) + 0.9)
+    fig = figure(11.0, 0.38 * len(arts) + 0.9)
     ax = fig.subplots()
     y = np.arange(len(arts))
     floats = [a.get("float_size_bytes") for a in arts]
@@ -161,7 +161,7 @@ def op_profiles(summary: dict) -> str | None:
         for o in e["profile"]["by_op"]:
             weight[o["op"]] = weight.get(o["op"], 0.0) + o["share"]
     top = sorted(weight, key=lambda op: -weight[op])[:5]
-    fig = _figure(9.0, 0.5 * len(runs) + 1.3)
+    fig = figure(9.0, 0.5 * len(runs) + 1.3)
     ax = fig.subplots()
     y = np.arange(len(runs))
     left = np.zeros(len(runs))

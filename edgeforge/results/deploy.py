@@ -106,16 +106,16 @@ def parse_record(data: Any, source: str = "deploy record") -> DeployRecord:
 
 def record_filename(record: DeployRecord) -> str:
     """``<id>-<name>.json``: the id starts with the action and the UTC time (``deploy-20261201T...``)."""
-    from .schema import _slug
+    from .schema import slug
 
-    return f"{_slug(record.id)}-{_slug(record.name)}.json"
+    return f"{slug(record.id)}-{slug(record.name)}.json"
 
 
 def record_filename_suffix(name: str) -> str:
     """How the file names of NAME's records end (for the next command's check)."""
-    from .schema import _slug
+    from .schema import slug
 
-    return f"-{_slug(name)}.json"
+    return f"-{slug(name)}.json"
 
 
 def write_record(results_dir, record: DeployRecord) -> Path:

@@ -19,13 +19,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from .schema import (ArtifactRef, DeviceRef, Runtime, Versioned, _Open, _slug, now_iso, read_json,
+from .schema import (ArtifactRef, DeviceRef, Runtime, Versioned, Open, slug, now_iso, read_json,
                      write_document)
 
 LOAD_SCHEMA = "edgeforge.load/1"
 
 
-class Level(_Open):
+class Level(Open):
     """One point of the curve. ``skipped`` says why a requested level did not run."""
 
     mode: Literal["closed", "open"]
@@ -57,7 +57,7 @@ class Level(_Open):
         return v
 
 
-class LoadSettings(_Open):
+class LoadSettings(Open):
     duration_s: float = Field(gt=0, allow_inf_nan=False)
     warmup_s: float = Field(ge=0, allow_inf_nan=False)
 
@@ -96,7 +96,7 @@ def load_filename(result: dict) -> str:
     a = result["artifact"]
     parts = [ts, result["device"]["name"], a.get("name") or "model", a["target"], a["backend"],
              a["precision"], a["sha256"][:8], "load"]
-    name = "-".join(_slug(str(p)) for p in parts)
+    name = "-".join(slug(str(p)) for p in parts)
     return name + ("" if result.get("status") == "ok" else "-incomplete") + ".json"
 
 

@@ -33,20 +33,20 @@ SCHEMA = "edgeforge.bench/1"
 STATUSES = ("ok", "incomplete")
 
 
-class _Open(BaseModel):
+class Open(BaseModel):
     """A section whose named keys are required (values may be null) and whose other keys stay."""
 
     model_config = ConfigDict(extra="allow")
 
 
-class ArtifactRef(_Open):
+class ArtifactRef(Open):
     sha256: str
     target: str
     backend: str
     precision: str
 
 
-class Fingerprint(_Open):
+class Fingerprint(Open):
     cpu_model: Any
     kernel: Any
     governor: Any
@@ -55,23 +55,23 @@ class Fingerprint(_Open):
     load_avg: Any
 
 
-class DeviceRef(_Open):
+class DeviceRef(Open):
     name: str
     fingerprint: Fingerprint
 
 
-class Runtime(_Open):
+class Runtime(Open):
     name: Any
     version: Any
 
 
-class Settings(_Open):
+class Settings(Open):
     warmups: int
     runs: int
     threads: Any
 
 
-class Summary(_Open):
+class Summary(Open):
     p50_ms: float | None
     p90_ms: float | None
     p99_ms: float | None
@@ -80,7 +80,7 @@ class Summary(_Open):
     peak_rss_mb: float | None
 
 
-class Drift(_Open):
+class Drift(Open):
     top1_agreement: Any
     accuracy: Any
     float_accuracy: Any
@@ -89,7 +89,7 @@ class Drift(_Open):
     cosine: Any
 
 
-class Transfer(_Open):
+class Transfer(Open):
     uploaded_bytes: Any
     seconds: Any
 
@@ -120,7 +120,7 @@ def document_kind(schema: Any) -> tuple[str, str, str] | None:
     return None
 
 
-class Versioned(_Open):
+class Versioned(Open):
     """A versioned result document: ``schema`` must be exactly :attr:`SCHEMA` (another version is
     refused before anything else is read), unknown extra keys are kept. Subclasses set
     ``SCHEMA`` and ``KIND`` (how messages name the document)."""
@@ -238,7 +238,7 @@ def read_result(path: str | os.PathLike) -> dict:
     return validate(read_json(path), str(path))
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
 
 
@@ -247,7 +247,7 @@ def result_filename(result: dict) -> str:
     a = result["artifact"]
     parts = [ts, result["device"]["name"], a.get("name") or "model", a["target"], a["backend"], a["precision"],
              a["sha256"][:8]]
-    name = "-".join(_slug(str(p)) for p in parts)
+    name = "-".join(slug(str(p)) for p in parts)
     if result.get("status") != "ok":
         name += "-incomplete"
     return name + ".json"

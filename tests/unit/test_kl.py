@@ -190,15 +190,15 @@ def test_screen_bound_holds():
     for trial in range(40):
         n = int(rng.choice([256, 1000, 2048]))
         h = activation_hist(rng, n=n)[0] if trial % 2 else synthetic_hist(rng, KINDS[trial % 8], n)
-        h = K._as_counts(h)
+        h = K.as_counts(h)
         C = np.concatenate(([0], np.cumsum(h)))
         NZ = np.concatenate(([0], np.cumsum(h != 0)))
         I = np.arange(int((n - 1) * 0.5), n)
         I = I[h[I - 1] != 0]
         if not I.size:
             continue
-        kl, tol = K._screen(h, C, NZ, I, 127)
-        exact = np.array([K._exact_kl(h, C, NZ, int(i), 127) for i in I])
+        kl, tol = K.screen(h, C, NZ, I, 127)
+        exact = np.array([K.exact_kl(h, C, NZ, int(i), 127) for i in I])
         worst = max(worst, float(np.max(np.abs(kl - exact) / tol)))
     assert worst < 0.25
 
@@ -220,7 +220,7 @@ def test_abs_histogram_matches_numpy():
         ax = np.abs(x)
         _, edges = np.histogram([], bins=n, range=(float(ax.min()), float(ax.max())))
         if kind == 4:                                              # values on / just below edges
-            t = K._f32_ceil(edges)
+            t = K.f32_ceil(edges)
             k = rng.integers(0, n + 1, min(size, 5000))
             v = np.where(rng.random(k.size) < 0.5, t[k], np.nextafter(t[k], np.float32(-np.inf)))
             x[:k.size] = v * np.where(rng.random(k.size) < 0.5, 1, -1).astype(np.float32)
@@ -251,10 +251,10 @@ def test_abs_histogram_degenerate_edges():
 
 
 def test_paddle_kernel_histogram_matches_numpy():
-    """Paddle's C++ histogram kernel, where _kernel_plan accepts it, gives np.histogram's counts:
+    """Paddle's C++ histogram kernel, where kernel_plan accepts it, gives np.histogram's counts:
     PTQ-style edges from float32 |min|..|max| (tiny and zero minimums, narrow and wide ranges),
     values placed on / next to every edge, outside values, NaN, -0.0."""
-    assert K._kernel_ok()
+    assert K.kernel_ok()
     rng = np.random.default_rng(17)
     used = 0
     for trial in range(48):
@@ -276,17 +276,17 @@ def test_paddle_kernel_histogram_matches_numpy():
             lo, hi = float(np.float32(lo * 1.5 + 1e-3)), float(np.float32(hi * 0.8))
         _, edges = np.histogram([], bins=n, range=(lo, hi))
         if size > 10 and kind != 2:
-            t = K._f32_ceil(edges)
+            t = K.f32_ceil(edges)
             k = rng.integers(0, n + 1, min(size // 3, 4000))
             v = np.where(rng.random(k.size) < 0.5, t[k], np.nextafter(t[k], np.float32(-np.inf)))
             x[:k.size] = v * np.where(rng.random(k.size) < 0.5, 1, -1).astype(np.float32)
             x[-1] = np.float32(-0.0)
             if trial % 4 == 0:
                 x[-2] = np.nan
-        used += K._kernel_plan(x, edges) is not None
+        used += K.kernel_plan(x, edges) is not None
         want = np.histogram(np.abs(x), bins=edges)[0]
         before = x.copy()
-        got = K._abs_histograms_fast([(x, edges)])[0]
+        got = K.abs_histograms_fast([(x, edges)])[0]
         assert got.dtype == want.dtype and np.array_equal(got, want), trial
         assert np.array_equal(x, before, equal_nan=True)
     assert used >= 40                                   # the kernel path is what was tested
@@ -295,17 +295,17 @@ def test_paddle_kernel_histogram_matches_numpy():
 def test_kernel_plan_refuses_what_it_cannot_prove():
     x = np.linspace(0, 1, 100, dtype=np.float32)
     _, edges = np.histogram([], bins=2048, range=(0.0, 1.0))
-    assert K._kernel_plan(x, edges) is not None
-    assert K._kernel_plan(x.astype(np.float64), edges) is None          # float64 data
+    assert K.kernel_plan(x, edges) is not None
+    assert K.kernel_plan(x.astype(np.float64), edges) is None          # float64 data
     _, e = np.histogram([], bins=2048, range=(0.0, 0.1))                # 0.1: not a float32
-    assert K._kernel_plan(x, e) is None
+    assert K.kernel_plan(x, e) is None
     uneven = np.r_[0.0, np.cumsum(np.linspace(1, 2, 64))]
     uneven = uneven / uneven[-1]                                         # [0, 1], uneven bins
-    assert K._kernel_plan(x, uneven) is None
+    assert K.kernel_plan(x, uneven) is None
     bad = edges.copy()
     bad[1000] = np.nextafter(bad[1000], 2.0) + 1e-7                    # an edge moved: refused
-    assert K._kernel_plan(x, bad) is None
-    assert np.array_equal(K._abs_histograms_fast([(x, bad)])[0], np.histogram(x, bins=bad)[0])
+    assert K.kernel_plan(x, bad) is None
+    assert np.array_equal(K.abs_histograms_fast([(x, bad)])[0], np.histogram(x, bins=bad)[0])
 
 
 def test_abs_min_max_matches_numpy():
@@ -325,7 +325,7 @@ def test_abs_min_max_matches_numpy():
             x = (x * 10).astype(np.int32)
         a = np.abs(x)
         want = (float(np.min(a)), float(np.max(a)))
-        got = K._abs_min_max(x)
+        got = K.abs_min_max(x)
         for g, w in zip(got, want):
             assert type(g) is float and (g == w or (math.isnan(g) and math.isnan(w)))
             assert math.isnan(w) or math.copysign(1, g) == math.copysign(1, w)
@@ -429,12 +429,12 @@ def test_fast_kl_ptq_gives_the_same_scales_and_unpatches(tmp_path, monkeypatch, 
     keep_bytes = 0 if case == "rerun" else None
     if case == "small_budget":                           # room for the 2nd batch only
         sizes = []
-        keep = K._keep_activations
-        monkeypatch.setattr(K.ptq_methods, "_keep_activations", lambda self, d, budget, u: (
+        keep = K.keep_activations
+        monkeypatch.setattr(K.ptq_methods, "keep_activations", lambda self, d, budget, u: (
             sizes.append(1), keep(self, d, budget if len(sizes) == 2 else 0, u))[1])
     kernel_calls = []
-    kernel = K._kernel_histograms
-    monkeypatch.setattr(K.histogram, "_kernel_histograms", lambda items: (kernel_calls.append(len(items)),
+    kernel = K.kernel_histograms
+    monkeypatch.setattr(K.histogram, "kernel_histograms", lambda items: (kernel_calls.append(len(items)),
                                                                 kernel(items))[1])
     cls = ptq_mod.PostTrainingQuantization
     originals = (ptq_mod.cal_kl_threshold, ref_mod.cal_kl_threshold,

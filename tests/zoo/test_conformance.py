@@ -222,14 +222,14 @@ def _int8_common(r, backend: str):
 
 def _lite_arm_int8(proj, r):
     from edgeforge.paddle_env import paddle_inference
-    from edgeforge.passes.legalize import MODEL_FILE, _parse_program
+    from edgeforge.passes.legalize import MODEL_FILE, parse_program
 
     art, size, m = _int8_common(r, "lite")
     assert m["runtime"]["valid_targets"] == ["arm"]
     assert r.verify_status == "device-only"
     # host-side numbers: Paddle Inference on the fake-quant program that went into paddle_lite_opt
     int8_dir = step_artifact(proj, r, "legalize.int8")
-    prog = _parse_program(int8_dir / MODEL_FILE)
+    prog = parse_program(int8_dir / MODEL_FILE)
     quant_ops = sum(1 for op in prog.global_block().ops if "quantize" in op.type)
     assert quant_ops > 0, "the INT8 program has no quantize/dequantize ops"
     feeds, ref = reference(r)

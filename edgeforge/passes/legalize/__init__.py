@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from .converter_crash import crash_findings, suspects_for
 from .preflight import Finding, preflight, supported_ops
-from .program_io import MODEL_FILE, PARAMS_FILE, PASS_NAME, _parse_program, legalize_model
+from .program_io import MODEL_FILE, PARAMS_FILE, PASS_NAME, parse_program, legalize_model
 from .registered_passes import LegalizeConfig, LegalizeInt8Pass, LegalizePass
 from .rewrites import BACKENDS, REWRITES, Rewrite, rewrites_for
 
 __all__ = ["BACKENDS", "Finding", "LegalizeConfig", "LegalizeInt8Pass", "LegalizePass", "MODEL_FILE",
-           "PARAMS_FILE", "PASS_NAME", "REWRITES", "Rewrite", "_parse_program", "crash_findings",
+           "PARAMS_FILE", "PASS_NAME", "REWRITES", "Rewrite", "parse_program", "crash_findings",
            "legalize_model", "preflight", "rewrites_for", "suspects_for", "supported_ops"]

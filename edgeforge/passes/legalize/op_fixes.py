@@ -2,15 +2,15 @@
 functions (see :mod:`.rewrites` for the table that pairs them)."""
 from __future__ import annotations
 
-from .ops import _add_xshape, _has_attr, _has_output, _inputs, _strip_extras, _unique_var_name, _var_shape
+from .ops import add_xshape, has_attr, has_output, op_inputs, strip_extras, unique_var_name, var_shape
 
 
-def _flatten_no_xshape(op) -> bool:
-    return op.type == "flatten_contiguous_range" and not _has_output(op, "XShape")
+def flatten_no_xshape(op) -> bool:
+    return op.type == "flatten_contiguous_range" and not has_output(op, "XShape")
 
 
-def _fix_flatten_xshape(block, index, op) -> int:
-    _add_xshape(block, op)
+def fix_flatten_xshape(block, index, op) -> int:
+    add_xshape(block, op)
     return 1
 
 
@@ -41,82 +41,82 @@ def _flatten_reshape_shape(in_shape: list[int], start: int, stop: int) -> list[i
     return [*head, size if size > 0 else -1, *tail]
 
 
-def _flatten_reshapable(op) -> bool:
+def flatten_reshapable(op) -> bool:
     if op.type != "flatten_contiguous_range":
         return False
-    shape = _var_shape(op.block, op.desc.input("X")[0])
+    shape = var_shape(op.block, op.desc.input("X")[0])
     return shape is not None and _flatten_reshape_shape(
         shape, op.attr("start_axis"), op.attr("stop_axis")) is not None
 
 
-def _fix_flatten_to_reshape2(block, index, op) -> int:
+def fix_flatten_to_reshape2(block, index, op) -> int:
     x = op.desc.input("X")[0]
     out = op.desc.output("Out")[0]
-    shape = _flatten_reshape_shape(_var_shape(block, x), op.attr("start_axis"), op.attr("stop_axis"))
+    shape = _flatten_reshape_shape(var_shape(block, x), op.attr("start_axis"), op.attr("stop_axis"))
     if shape is None:
         return 0
     xvar = block._var_recursive(x)
-    xshape = op.desc.output("XShape")[0] if _has_output(op, "XShape") else None
+    xshape = op.desc.output("XShape")[0] if has_output(op, "XShape") else None
     if xshape is None:
-        xshape = _unique_var_name(block, f"{out}.xshape")
+        xshape = unique_var_name(block, f"{out}.xshape")
         block.create_var(name=xshape, shape=[0, *xvar.shape], dtype=xvar.dtype, persistable=False,
                          stop_gradient=True)
     block._remove_op(index)
     new = block._insert_op(index, type="reshape2", inputs={"X": [x]},
                            outputs={"Out": [out], "XShape": [xshape]}, attrs={"shape": shape})
-    _strip_extras(new)
+    strip_extras(new)
     return 1
 
 
-def _instance_norm_no_stats(op) -> bool:
+def instance_norm_no_stats(op) -> bool:
     return op.type == "instance_norm" and not (
-        _has_output(op, "SavedMean") and _has_output(op, "SavedVariance"))
+        has_output(op, "SavedMean") and has_output(op, "SavedVariance"))
 
 
-def _fix_instance_norm_stats(block, index, op) -> int:
+def fix_instance_norm_stats(block, index, op) -> int:
     """Restore SavedMean/SavedVariance (shape [N*C]); Lite attaches them as required outputs."""
     x = block._var_recursive(op.desc.input("X")[0])
     n, c = (list(x.shape) + [-1, -1])[:2]
     size = n * c if n is not None and c is not None and n > 0 and c > 0 else -1
     y = op.desc.output("Y")[0]
     for slot in ("SavedMean", "SavedVariance"):
-        if not _has_output(op, slot):
-            name = _unique_var_name(block, f"{y}.{slot.lower()}")
+        if not has_output(op, slot):
+            name = unique_var_name(block, f"{y}.{slot.lower()}")
             block.create_var(name=name, shape=[size], dtype=x.dtype, persistable=False,
                              stop_gradient=True)
             op.desc.set_output(slot, [name])
     return 1
 
 
-def _is_brelu(op) -> bool:
+def is_brelu(op) -> bool:
     return op.type == "brelu"
 
 
-def _fix_brelu_to_clip(block, index, op) -> int:
+def fix_brelu_to_clip(block, index, op) -> int:
     """brelu(t_min, t_max) is min(max(x, t_min), t_max): exactly clip(min, max)."""
     x, out = op.desc.input("X")[0], op.desc.output("Out")[0]
     lo, hi = float(op.attr("t_min")), float(op.attr("t_max"))
     block._remove_op(index)
     new = block._insert_op(index, type="clip", inputs={"X": [x]}, outputs={"Out": [out]},
                            attrs={"min": lo, "max": hi})
-    _strip_extras(new)
+    strip_extras(new)
     new.desc._set_float32_attr("min", lo)
     new.desc._set_float32_attr("max", hi)
     return 1
 
 
-def _is_pow2(op) -> bool:
-    return (op.type == "pow" and not _inputs(op, "FactorTensor")
+def is_pow2(op) -> bool:
+    return (op.type == "pow" and not op_inputs(op, "FactorTensor")
             and float(op.attr("factor")) == 2.0)
 
 
-def _fix_pow2_to_square(block, index, op) -> int:
+def fix_pow2_to_square(block, index, op) -> int:
     """pow(x, 2) -> square(x): the same product, and Lite's x86 pow kernel returns inf for
     every negative base (it goes through log)."""
     x, out = op.desc.input("X")[0], op.desc.output("Out")[0]
     block._remove_op(index)
     new = block._insert_op(index, type="square", inputs={"X": [x]}, outputs={"Out": [out]})
-    _strip_extras(new)
+    strip_extras(new)
     return 1
 
 
@@ -130,10 +130,10 @@ _BROADCAST_OPS = frozenset({
 })
 
 
-def _scalar_fill_promotable(op) -> bool:
+def scalar_fill_promotable(op) -> bool:
     if op.type != "fill_constant" or list(op.attr("shape")) != []:
         return False
-    if any(_inputs(op, slot) for slot in ("ShapeTensor", "ShapeTensorList", "ValueTensor")):
+    if any(op_inputs(op, slot) for slot in ("ShapeTensor", "ShapeTensorList", "ValueTensor")):
         return False
     block = op.block
     out = op.desc.output("Out")[0]
@@ -147,23 +147,23 @@ def _scalar_fill_promotable(op) -> bool:
         if not others:
             return False
         for n in others:
-            shape = _var_shape(block, n)
+            shape = var_shape(block, n)
             if shape is None or len(shape) < 1:
                 return False
     return True
 
 
-def _fix_scalar_fill(block, index, op) -> int:
+def fix_scalar_fill(block, index, op) -> int:
     op.desc._set_int64s_attr("shape", [1])
     block._var_recursive(op.desc.output("Out")[0]).desc.set_shape([1])
     return 1
 
 
-def _channel_shuffle_plan(op) -> tuple[list[int], list[int], list[int]] | None:
+def channel_shuffle_plan(op) -> tuple[list[int], list[int], list[int]] | None:
     """(shape1, perm, shape2) for channel_shuffle as reshape2 -> transpose2 -> reshape2."""
     if op.type != "channel_shuffle":
         return None
-    shape = _var_shape(op.block, op.desc.input("X")[0])
+    shape = var_shape(op.block, op.desc.input("X")[0])
     groups = int(op.attr("groups"))
     fmt = op.attr("data_format") if "data_format" in op.desc.attr_names() else "NCHW"
     if shape is None or len(shape) != 4 or groups <= 0:
@@ -183,8 +183,8 @@ def _channel_shuffle_plan(op) -> tuple[list[int], list[int], list[int]] | None:
     return None
 
 
-def _fix_channel_shuffle(block, index, op) -> int:
-    plan = _channel_shuffle_plan(op)
+def fix_channel_shuffle(block, index, op) -> int:
+    plan = channel_shuffle_plan(op)
     if plan is None:
         return 0
     shape1, perm, shape2 = plan
@@ -195,7 +195,7 @@ def _fix_channel_shuffle(block, index, op) -> int:
     t_shape = [mid_shape[i] for i in perm]
 
     def var(suffix, shp):
-        name = _unique_var_name(block, f"{out}.{suffix}")
+        name = unique_var_name(block, f"{out}.{suffix}")
         block.create_var(name=name, shape=shp, dtype=xvar.dtype, persistable=False, stop_gradient=True)
         return name
 
@@ -212,26 +212,26 @@ def _fix_channel_shuffle(block, index, op) -> int:
                          outputs={"Out": [out], "XShape": [r2x]}, attrs={"shape": shape2}),
     ]
     for new in new_ops:
-        _strip_extras(new)
+        strip_extras(new)
     return 1
 
 
 def _adaptive_pool_sizes(op) -> tuple[int | None, list, list[int]] | None:
     """(C, [H, W], [out_h, out_w]) of an adaptive, non-global NCHW pool2d with a 4-D input (H,
     W, C may be None/-1 when dynamic); None for any other op."""
-    if op.type != "pool2d" or not _has_attr(op, "adaptive") or not op.attr("adaptive"):
+    if op.type != "pool2d" or not has_attr(op, "adaptive") or not op.attr("adaptive"):
         return None
-    if _has_attr(op, "global_pooling") and op.attr("global_pooling"):
+    if has_attr(op, "global_pooling") and op.attr("global_pooling"):
         return None
-    fmt = op.attr("data_format") if _has_attr(op, "data_format") else "NCHW"
-    shape = _var_shape(op.block, op.desc.input("X")[0])
+    fmt = op.attr("data_format") if has_attr(op, "data_format") else "NCHW"
+    shape = var_shape(op.block, op.desc.input("X")[0])
     out_hw = [int(v) for v in op.attr("ksize")]
     if fmt != "NCHW" or shape is None or len(shape) != 4 or len(out_hw) != 2:
         return None
     return shape[1], shape[2:], out_hw
 
 
-def _upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
+def upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
     """(C, H, W, kh, kw) for an adaptive pool2d whose output is an integer multiple of its
     static input in both dims and larger in at least one: then every bin holds exactly one
     input pixel (bin i of O = k*H spans [floor(i/k), floor(i/k) + 1)), so avg and max pooling
@@ -247,22 +247,22 @@ def _upsampling_pool_plan(op) -> tuple[int, int, int, int, int] | None:
     return c, h, w, oh // h, ow // w
 
 
-def _upsampling_pool_unfixable(op) -> bool:
+def upsampling_pool_unfixable(op) -> bool:
     """An adaptive pool2d that upsamples (an output dim larger than the static input's) and
     that ``upsampling-pool-to-expand`` cannot rewrite (a non-integer factor). A dynamic size is
     not flagged: most such pools shrink, and convert.onnx still refuses a stride-0 pool after
     conversion."""
     sizes = _adaptive_pool_sizes(op)
-    if sizes is None or _upsampling_pool_plan(op) is not None:
+    if sizes is None or upsampling_pool_plan(op) is not None:
         return False
     _, hw, out_hw = sizes
     return any(d is not None and d > 0 and o > d for d, o in zip(hw, out_hw))
 
 
-def _fix_upsampling_pool(block, index, op) -> int:
+def fix_upsampling_pool(block, index, op) -> int:
     """pool2d(adaptive, output k x the input) -> reshape2 [N, C, H, 1, W, 1], expand_v2
     [N, C, H, kh, W, kw], reshape2 [N, C, H*kh, W*kw]: the same values, bit for bit."""
-    plan = _upsampling_pool_plan(op)
+    plan = upsampling_pool_plan(op)
     if plan is None:
         return 0
     c, h, w, kh, kw = plan
@@ -271,7 +271,7 @@ def _fix_upsampling_pool(block, index, op) -> int:
     n = list(xvar.shape)[0]
 
     def var(suffix, shp):
-        name = _unique_var_name(block, f"{out}.{suffix}")
+        name = unique_var_name(block, f"{out}.{suffix}")
         block.create_var(name=name, shape=shp, dtype=xvar.dtype, persistable=False, stop_gradient=True)
         return name
 
@@ -290,5 +290,5 @@ def _fix_upsampling_pool(block, index, op) -> int:
                          outputs={"Out": [out], "XShape": [r2x]}, attrs={"shape": [0, c, h * kh, w * kw]}),
     ]
     for new in new_ops:
-        _strip_extras(new)
+        strip_extras(new)
     return 1

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .op_fixes import _is_pow2, _scalar_fill_promotable, _upsampling_pool_unfixable
-from .program_io import _model_files, _parse_program
-from .rewrites import _check_backend, rewrites_for
+from .op_fixes import is_pow2, scalar_fill_promotable, upsampling_pool_unfixable
+from .program_io import model_files, parse_program
+from .rewrites import check_backend, rewrites_for
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,14 @@ class _Hazard:
 
 _HAZARDS: tuple[_Hazard, ...] = (
     _Hazard(
-        "pow", frozenset({"lite"}), frozenset({"x86"}), lambda op: op.type == "pow" and not _is_pow2(op),
+        "pow", frozenset({"lite"}), frozenset({"x86"}), lambda op: op.type == "pow" and not is_pow2(op),
         "Paddle Lite 2.13 x86 pow kernel returns inf for negative bases (it converts, then "
         "computes wrong outputs)",
         "use the onnx backend (or keep the base non-negative)"),
     _Hazard(
         "fill_constant", frozenset({"lite"}), None,
         lambda op: op.type == "fill_constant" and list(op.attr("shape")) == []
-        and not _scalar_fill_promotable(op),
+        and not scalar_fill_promotable(op),
         "0-D constant (shape []): the model converts but the Paddle Lite runtime aborts "
         '"no valid out_shape. Must set one of shape_tensor, or shape_tensor_list, or shape"',
         "use the onnx backend"),
@@ -64,7 +64,7 @@ _HAZARDS: tuple[_Hazard, ...] = (
         "Paddle Lite 2.13 x86 INT8 kernels run but give wrong outputs (chance-level accuracy)",
         "keep the layer in float"),
     _Hazard(
-        "pool2d", frozenset({"onnx"}), None, _upsampling_pool_unfixable,
+        "pool2d", frozenset({"onnx"}), None, upsampling_pool_unfixable,
         "adaptive pool whose output is larger than its input by a non-integer factor: paddle2onnx 1.3.1 writes a pool with stride 0 and onnxruntime dies "
         "of SIGFPE (edgeforge refuses the converted model)",
         "use a larger input, or --backend lite"),
@@ -150,9 +150,9 @@ def preflight(model_dir: Path, backend: str, valid_targets: list[str],
     rewrites are applied in memory). ``False``: judge it as it is, and name the rewrite that
     fixes each op it can fix.
     """
-    targets = _check_backend(backend, valid_targets)
-    model_file, _ = _model_files(model_dir)
-    program = _parse_program(model_file)
+    targets = check_backend(backend, valid_targets)
+    model_file, _ = model_files(model_dir)
+    program = parse_program(model_file)
     findings: list[Finding] = []
     handled: set[str] = set()
 

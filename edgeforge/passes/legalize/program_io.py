@@ -13,7 +13,7 @@ MODEL_FILE = "model.pdmodel"
 PARAMS_FILE = "model.pdiparams"
 
 
-def _model_files(model_dir: Path) -> tuple[Path, Path]:
+def model_files(model_dir: Path) -> tuple[Path, Path]:
     model_dir = Path(model_dir)
     model, params = model_dir / MODEL_FILE, model_dir / PARAMS_FILE
     if not model.is_file():
@@ -22,7 +22,7 @@ def _model_files(model_dir: Path) -> tuple[Path, Path]:
     return model, params
 
 
-def _parse_program(model_file: Path):
+def parse_program(model_file: Path):
     """The ProgramDesc only (no weights): enough to list ops and to plan rewrites."""
     data = Path(model_file).read_bytes()
     with legacy_static():
@@ -51,12 +51,12 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
     """
     src_dir, dst_dir = Path(src_dir), Path(dst_dir)
     rewrites = rewrites_for(backend, valid_targets)
-    model_file, params_file = _model_files(src_dir)
+    model_file, params_file = model_files(src_dir)
     if src_dir.resolve() == dst_dir.resolve():
         raise PassError(PASS_NAME, "source and destination are the same directory")
 
     # plan on the ProgramDesc alone: cheap, and lets an untouched model be copied as is
-    program = _parse_program(model_file)
+    program = parse_program(model_file)
     if not any(r.applies(program) for r in rewrites):
         dst_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(model_file, dst_dir / MODEL_FILE)
@@ -91,7 +91,7 @@ def legalize_model(src_dir: Path, dst_dir: Path, backend: str, valid_targets: li
         except Exception as err:
             raise PassError(PASS_NAME, f"cannot save the legalized model: {err}") from err
 
-    got_feeds, got_fetches = _feeds_fetches(_parse_program(dst_dir / MODEL_FILE))
+    got_feeds, got_fetches = _feeds_fetches(parse_program(dst_dir / MODEL_FILE))
     if (got_feeds, got_fetches) != (want_feeds, want_fetches):
         raise PassError(PASS_NAME, f"feeds/fetches changed: {want_feeds}->{got_feeds}, "
                                    f"{want_fetches}->{got_fetches}")

@@ -7,24 +7,24 @@ from typing import Any, Callable, Iterable
 from ...errors import ConfigError
 from ...paddle_env import legacy_static
 from .op_fixes import (
-    _channel_shuffle_plan,
-    _fix_brelu_to_clip,
-    _fix_channel_shuffle,
-    _fix_flatten_to_reshape2,
-    _fix_flatten_xshape,
-    _fix_instance_norm_stats,
-    _fix_pow2_to_square,
-    _fix_scalar_fill,
-    _fix_upsampling_pool,
-    _flatten_no_xshape,
-    _flatten_reshapable,
-    _instance_norm_no_stats,
-    _is_brelu,
-    _is_pow2,
-    _scalar_fill_promotable,
-    _upsampling_pool_plan,
+    channel_shuffle_plan,
+    fix_brelu_to_clip,
+    fix_channel_shuffle,
+    fix_flatten_to_reshape2,
+    fix_flatten_xshape,
+    fix_instance_norm_stats,
+    fix_pow2_to_square,
+    fix_scalar_fill,
+    fix_upsampling_pool,
+    flatten_no_xshape,
+    flatten_reshapable,
+    instance_norm_no_stats,
+    is_brelu,
+    is_pow2,
+    scalar_fill_promotable,
+    upsampling_pool_plan,
 )
-from .ops import _has_attr, _set_float_attr
+from .ops import has_attr, set_float_attr
 
 BACKENDS = frozenset({"lite", "onnx"})
 
@@ -73,12 +73,12 @@ def _missing_attrs_rewrite(name: str, op_type: str, defaults: dict[str, float], 
     The values are the ones the Paddle 3.x kernel hard-codes, so the numbers do not change."""
 
     def match(op) -> bool:
-        return op.type == op_type and any(not _has_attr(op, a) for a in defaults)
+        return op.type == op_type and any(not has_attr(op, a) for a in defaults)
 
     def fix(block, index, op) -> int:
         for attr, value in defaults.items():
-            if not _has_attr(op, attr):
-                _set_float_attr(op, attr, value)
+            if not has_attr(op, attr):
+                set_float_attr(op, attr, value)
         return 1
 
     attrs = ", ".join(f"{a}={v}" for a, v in defaults.items())
@@ -112,8 +112,8 @@ REWRITES: tuple[Rewrite, ...] = (
                     "the static trailing dims)",
         backends=_LITE,
         valid_targets=None,
-        match=_flatten_reshapable,
-        fix=_fix_flatten_to_reshape2,
+        match=flatten_reshapable,
+        fix=fix_flatten_to_reshape2,
         problem="Paddle 3.x writes flatten_contiguous_range without its XShape output; "
                 "paddle_lite_opt dereferences it in FlattenContiguousRangeOp::InferType "
                 "(VariablePlaceInferencePass) and dies with SIGSEGV: always on x86, on arm "
@@ -126,8 +126,8 @@ REWRITES: tuple[Rewrite, ...] = (
                     "inference)",
         backends=_LITE,
         valid_targets=None,
-        match=_flatten_no_xshape,
-        fix=_fix_flatten_xshape,
+        match=flatten_no_xshape,
+        fix=fix_flatten_xshape,
         problem="paddle_lite_opt SIGSEGV in FlattenContiguousRangeOp::InferType (missing XShape)",
     ),
     Rewrite(
@@ -136,8 +136,8 @@ REWRITES: tuple[Rewrite, ...] = (
                     "not read at inference) that Paddle 3.x no longer writes",
         backends=_LITE,
         valid_targets=None,
-        match=_instance_norm_no_stats,
-        fix=_fix_instance_norm_stats,
+        match=instance_norm_no_stats,
+        fix=fix_instance_norm_stats,
         problem='paddle_lite_opt aborts (SIGABRT): "op_lite.cc AttachOutput:176] Check failed: '
                 'is_dispensable || is_have_output"',
     ),
@@ -146,8 +146,8 @@ REWRITES: tuple[Rewrite, ...] = (
         description="brelu (paddle.nn.Hardtanh) -> clip(min=t_min, max=t_max), the same function",
         backends=_LITE,
         valid_targets=None,
-        match=_is_brelu,
-        fix=_fix_brelu_to_clip,
+        match=is_brelu,
+        fix=fix_brelu_to_clip,
         problem="paddle_lite_opt: \"This model is not supported, because 1 ops are not supported "
                 "on 'arm'. These unsupported ops are: 'brelu'.\" (same on x86)",
     ),
@@ -158,8 +158,8 @@ REWRITES: tuple[Rewrite, ...] = (
                     "or where op whose other operand has rank >= 1 (same output shape)",
         backends=_LITE,
         valid_targets=None,
-        match=_scalar_fill_promotable,
-        fix=_fix_scalar_fill,
+        match=scalar_fill_promotable,
+        fix=fix_scalar_fill,
         problem="converts, then the Paddle Lite runtime aborts (SIGABRT): \"fill_constant_op.cc:44 "
                 "InferShapeImpl] no valid out_shape. Must set one of shape_tensor, or "
                 "shape_tensor_list, or shape.\"",
@@ -170,8 +170,8 @@ REWRITES: tuple[Rewrite, ...] = (
                     "Paddle's pow kernel differs from it by at most 1 ulp on some elements",
         backends=_LITE,
         valid_targets=frozenset({"x86"}),
-        match=_is_pow2,
-        fix=_fix_pow2_to_square,
+        match=is_pow2,
+        fix=fix_pow2_to_square,
         exact=False,
         problem="converts, then the Paddle Lite x86 pow kernel returns inf for every negative "
                 "base",
@@ -182,8 +182,8 @@ REWRITES: tuple[Rewrite, ...] = (
                     "reshape2 (pure data movement, bit-identical; needs static C, H, W)",
         backends=_LITE,
         valid_targets=None,
-        match=lambda op: _channel_shuffle_plan(op) is not None,
-        fix=_fix_channel_shuffle,
+        match=lambda op: channel_shuffle_plan(op) is not None,
+        fix=fix_channel_shuffle,
         problem="paddle_lite_opt: \"This model is not supported, because 1 ops are not supported "
                 "on 'arm'. These unsupported ops are: 'channel_shuffle'.\" (same on x86)",
     ),    Rewrite(
@@ -194,15 +194,15 @@ REWRITES: tuple[Rewrite, ...] = (
                     "bit-identical)",
         backends=frozenset({"onnx"}),
         valid_targets=None,
-        match=lambda op: _upsampling_pool_plan(op) is not None,
-        fix=_fix_upsampling_pool,
+        match=lambda op: upsampling_pool_plan(op) is not None,
+        fix=fix_upsampling_pool,
         problem="paddle2onnx 1.3.1 writes an AveragePool/MaxPool with strides [0, 0] (input size // "
                 "output size) and onnxruntime dies of SIGFPE running it",
     ),
 )
 
 
-def _check_backend(backend: str, valid_targets: Iterable[str]) -> list[str]:
+def check_backend(backend: str, valid_targets: Iterable[str]) -> list[str]:
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}", hint=f"use one of {sorted(BACKENDS)}")
     targets = [str(t).strip().lower() for t in (valid_targets or [])]
@@ -213,5 +213,5 @@ def _check_backend(backend: str, valid_targets: Iterable[str]) -> list[str]:
 
 def rewrites_for(backend: str, valid_targets: list[str]) -> list[Rewrite]:
     """The rewrites that apply to ``backend`` with these Lite ``valid_targets``, in order."""
-    targets = _check_backend(backend, valid_targets)
+    targets = check_backend(backend, valid_targets)
     return [r for r in REWRITES if r.for_target(backend, targets)]

@@ -38,7 +38,7 @@ batches. :func:`fast_kl` replaces, in ``PostTrainingQuantization`` (only while t
 the Paddle 3.3 one they mirror):
 
 * ``_sample_histogram``: the counts come from Paddle's own C++ ``histogram`` kernel run on
-  float64 copies of |x| (block by block), where :func:`_kernel_plan` proves, edge by edge with
+  float64 copies of |x| (block by block), where :func:`kernel_plan` proves, edge by edge with
   the kernel's double arithmetic, that its bins are numpy's for every float32 input (a one-time
   probe checks the installed binary); otherwise :func:`abs_histogram`, a numpy kernel with an
   O(1) bin estimate corrected against the float32 images of the edges. Same int64 counts.
@@ -61,13 +61,13 @@ from .ptq_patch import fast_kl, install, installed, status, uninstall
 from .threshold import cal_kl_threshold_fast, kl_divergences_exact
 
 # internals the unit tests check against Paddle's own code
-from .histogram import (_abs_histograms_fast, _abs_min_max, _f32_ceil,
-                        _kernel_histograms, _kernel_ok, _kernel_plan)
-from .ptq_methods import _keep_activations
-from .threshold import _as_counts, _exact_kl, _screen
+from .histogram import (abs_histograms_fast, abs_min_max, f32_ceil,
+                        kernel_histograms, kernel_ok, kernel_plan)
+from .ptq_methods import keep_activations
+from .threshold import as_counts, exact_kl, screen
 
 __all__ = ["cal_kl_threshold_fast", "kl_divergences_exact", "abs_histogram",
            "fast_kl", "install", "uninstall", "installed", "status",
            "histogram", "ptq_methods", "ptq_patch", "threshold",
-           "_abs_histograms_fast", "_abs_min_max", "_f32_ceil", "_kernel_histograms", "_kernel_ok",
-           "_kernel_plan", "_keep_activations", "_as_counts", "_exact_kl", "_screen"]
+           "abs_histograms_fast", "abs_min_max", "f32_ceil", "kernel_histograms", "kernel_ok",
+           "kernel_plan", "keep_activations", "as_counts", "exact_kl", "screen"]

@@ -22,7 +22,7 @@ def _workers() -> int:
         return max(1, min(4, os.cpu_count() or 1))
 
 
-def _map(fn, items: list) -> list:
+def parallel_map(fn, items: list) -> list:
     """``[fn(x) for x in items]``, on a small thread pool when there is more than one core
     (numpy releases the GIL in the per-block work, except in ``bincount``)."""
     global _pool
@@ -34,8 +34,8 @@ def _map(fn, items: list) -> list:
     return list(_pool.map(fn, items))
 
 
-def _f32_ceil(e: np.ndarray) -> np.ndarray:
-    """Smallest float32 >= e (elementwise): for a float32 x, x >= e  <=>  x >= _f32_ceil(e)."""
+def f32_ceil(e: np.ndarray) -> np.ndarray:
+    """Smallest float32 >= e (elementwise): for a float32 x, x >= e  <=>  x >= f32_ceil(e)."""
     with np.errstate(over="ignore"):
         t = e.astype(np.float32)
     up, down = np.float32(np.inf), np.float32(-np.inf)
@@ -81,7 +81,7 @@ def _plan(values: np.ndarray, edges: np.ndarray):
     # (one float32 rounding each of scale, shift, the product and the sum, all bounded by the
     # ratio test above), so trunc(y) is the true bin k or k + 1, and a single comparison with
     # t[trunc(y)] settles it. t_lo[n] = inf sends |x| == edges[-1] (estimate n) to bin n - 1.
-    t_lo = _f32_ceil(edges)
+    t_lo = f32_ceil(edges)
     t_lo[n] = np.inf
     return _Plan(x, n, np.float32(n / span), np.float32(0.5 - e0 * (n / span)), t_lo, e0, en)
 
@@ -136,7 +136,7 @@ def _abs_histograms(pairs: list) -> list:
             owner.append(idx)
     results: list = [None] * len(pairs)
     failed = set()
-    for idx, counts in zip(owner, _map(_chunk, tasks)):
+    for idx, counts in zip(owner, parallel_map(_chunk, tasks)):
         if counts is None:
             failed.add(idx)
         elif results[idx] is None:
@@ -161,7 +161,7 @@ def abs_histogram(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return _abs_histograms([(values, edges)])[0]
 
 
-def _abs_min_max(values: np.ndarray) -> tuple[float, float]:
+def abs_min_max(values: np.ndarray) -> tuple[float, float]:
     """``(float(np.min(np.abs(v))), float(np.max(np.abs(v))))`` without a full |v| copy."""
     if values.dtype.kind != "f" or values.dtype.itemsize not in (4, 8):
         a = np.abs(values)
@@ -189,11 +189,11 @@ def _abs_min_max(values: np.ndarray) -> tuple[float, float]:
 # x in bin trunc((x - min) * bins / (max - min)) (clamped to bins - 1) when min <= x <= max, in double
 # arithmetic, in one fused C++ loop (~1.5 ns/element against ~3.7 for the numpy kernel above). For
 # float32 activations and Paddle PTQ's edges this is *exactly* np.histogram's answer, by the
-# argument in :func:`_kernel_plan`; a one-time probe (:func:`_kernel_ok`) checks the installed binary
+# argument in :func:`kernel_plan`; a one-time probe (:func:`kernel_ok`) checks the installed binary
 # against numpy on values placed on and next to edges, and any doubt falls back to the numpy kernel.
 _PD_BLOCK = 1 << 18                        # float64 elements per kernel call (2 MiB buffer)
 _kernel_state: dict = {}
-_plan_cache: dict = {}                     # id(edges) -> (edges, plan): PTQ reuses one array per var
+plan_cache: dict = {}                     # id(edges) -> (edges, plan): PTQ reuses one array per var
 
 
 def _kernel_bin(x: np.ndarray, e0: float, en: float, n: int) -> np.ndarray:
@@ -202,7 +202,7 @@ def _kernel_bin(x: np.ndarray, e0: float, en: float, n: int) -> np.ndarray:
     return np.trunc(((x - e0) * float(n)) / (en - e0))
 
 
-def _kernel_plan(values: np.ndarray, edges: np.ndarray):
+def kernel_plan(values: np.ndarray, edges: np.ndarray):
     """``(e0, en, n)`` when Paddle's kernel on float64(|values|) with ``min=e0, max=en, bins=n``
     gives exactly ``np.histogram(np.abs(values), bins=edges)[0]``, else None.
 
@@ -222,12 +222,12 @@ def _kernel_plan(values: np.ndarray, edges: np.ndarray):
         return None
     if float(np.float32(e0)) != e0 or float(np.float32(en)) != en:
         return None                               # the kernel's min/max attributes are float32
-    hit = _plan_cache.get(id(edges))
+    hit = plan_cache.get(id(edges))
     if hit is not None and hit[0] is edges:
         return hit[1]
     plan = None
     if bool(np.all(np.diff(edges) >= 0)):
-        t = _f32_ceil(edges[1:n])
+        t = f32_ceil(edges[1:n])
         below = np.nextafter(t, np.float32(-np.inf))
         k = np.arange(1, n, dtype=np.float64)
         with np.errstate(all="ignore"):
@@ -235,13 +235,13 @@ def _kernel_plan(values: np.ndarray, edges: np.ndarray):
             under = _kernel_bin(below.astype(np.float64), e0, en, n)
         if bool(np.all(at >= k)) and bool(np.all((below.astype(np.float64) < e0) | (under < k))):
             plan = (e0, en, n)
-    if len(_plan_cache) > 4096:
-        _plan_cache.clear()
-    _plan_cache[id(edges)] = (edges, plan)
+    if len(plan_cache) > 4096:
+        plan_cache.clear()
+    plan_cache[id(edges)] = (edges, plan)
     return plan
 
 
-def _kernel_histograms(items: list) -> list:
+def kernel_histograms(items: list) -> list:
     """Paddle's histogram kernel over float64 copies of |x| taken block by block.
     ``items``: ``[(flat float32 array, e0, en, n)]``; returns int64 counts."""
     import paddle
@@ -262,7 +262,7 @@ def _kernel_histograms(items: list) -> list:
     return out
 
 
-def _kernel_ok() -> bool:
+def kernel_ok() -> bool:
     """Whether the installed Paddle's kernel agrees with numpy on a probe set built to break any
     other arithmetic: values on, one float32 step below and above every edge, the extremes,
     outside values and NaN, for edges from [0, m] and [m0, m] ranges as Paddle PTQ builds them."""
@@ -276,16 +276,16 @@ def _kernel_ok() -> bool:
                           (0.37, 0.3700731, 2048), (0.0, 1.0e-30, 2048), (2.5, 1000.3, 64)):
             lo32, hi32 = float(np.float32(lo)), float(np.float32(hi))
             _, edges = np.histogram([], bins=n, range=(lo32, hi32))
-            t = _f32_ceil(edges)
+            t = f32_ceil(edges)
             near = np.concatenate([t, np.nextafter(t, np.float32(np.inf)),
                                    np.nextafter(t, np.float32(-np.inf)), edges.astype(np.float32)])
             body = (rng.random(200_000) * (hi32 - lo32) + lo32).astype(np.float32)
             x = np.concatenate([near, body, np.float32([0.0, -0.0, np.nan, np.inf, hi32 * 2])])
             x = x * np.where(rng.random(x.size) < 0.5, 1, -1).astype(np.float32)
-            plan = _kernel_plan(x, edges)
+            plan = kernel_plan(x, edges)
             if plan is None:
                 continue
-            got = _kernel_histograms([(x, *plan)])[0]
+            got = kernel_histograms([(x, *plan)])[0]
             want = np.histogram(np.abs(x), bins=edges)[0]
             if not (got.dtype == want.dtype and np.array_equal(got, want)):
                 ok = False
@@ -296,13 +296,13 @@ def _kernel_ok() -> bool:
     return ok
 
 
-def _abs_histograms_fast(pairs: list) -> list:
+def abs_histograms_fast(pairs: list) -> list:
     """:func:`_abs_histograms` (same counts), through Paddle's kernel where provably exact."""
-    plans = [_kernel_plan(np.asarray(v), np.asarray(e)) for v, e in pairs]
+    plans = [kernel_plan(np.asarray(v), np.asarray(e)) for v, e in pairs]
     use = [i for i, p in enumerate(plans) if p is not None]
     results: list = [None] * len(pairs)
-    if use and _kernel_ok():
-        counts = _kernel_histograms([(np.asarray(pairs[i][0]).reshape(-1), *plans[i]) for i in use])
+    if use and kernel_ok():
+        counts = kernel_histograms([(np.asarray(pairs[i][0]).reshape(-1), *plans[i]) for i in use])
         for i, c in zip(use, counts):
             results[i] = c
     rest = [i for i, r in enumerate(results) if r is None]

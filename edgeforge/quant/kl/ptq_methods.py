@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from .histogram import _abs_histograms_fast, _abs_min_max, _map
+from .histogram import abs_histograms_fast, abs_min_max, parallel_map
 
 
 # ----------------------------------------------------------------- Paddle PTQ sampling stage
@@ -90,7 +90,7 @@ def _same_feed(snap, data) -> bool:
     return True
 
 
-def _keep_activations(self, data, budget: int, utils):
+def keep_activations(self, data, budget: int, utils):
     """``(feed copy, {var_name: read-only view}, bytes)`` for the batch now in the scope, taking
     the activations' buffers over from the scope, or None (nothing is taken) when the feed is not
     a plain ``{name: ndarray}``, a buffer cannot be shared, or the batch exceeds ``budget``."""
@@ -121,7 +121,7 @@ def _keep_activations(self, data, budget: int, utils):
     return feed, views, nbytes
 
 
-def _make_fast_methods(ptq_module) -> dict[str, Callable]:
+def make_fast_methods(ptq_module) -> dict[str, Callable]:
     utils = ptq_module.utils
     tqdm = ptq_module.tqdm
     IrGraph, core = ptq_module.IrGraph, ptq_module.core
@@ -135,7 +135,7 @@ def _make_fast_methods(ptq_module) -> dict[str, Callable]:
                 self._zero_size_var_names.add(var_name)
                 continue
             todo.append((var_name, var_tensor))
-        hists = _abs_histograms_fast(
+        hists = abs_histograms_fast(
             [(t, self._sampling_act_histogram[name][1]) for name, t in todo])
         for (var_name, _), hist in zip(todo, hists):
             self._sampling_act_histogram[var_name][0] += hist
@@ -151,7 +151,7 @@ def _make_fast_methods(ptq_module) -> dict[str, Callable]:
                 self._zero_size_var_names.add(var_name)
                 continue
             todo.append((var_name, var_tensor))
-        extremes = _map(_abs_min_max, [t for _, t in todo])
+        extremes = parallel_map(abs_min_max, [t for _, t in todo])
         for (var_name, _), (min_value, max_value) in zip(todo, extremes):
             if var_name not in self._sampling_act_abs_min_max:
                 self._sampling_act_abs_min_max[var_name] = [min_value, max_value]
@@ -163,7 +163,7 @@ def _make_fast_methods(ptq_module) -> dict[str, Callable]:
 
     def quantize(self):
         # Paddle 3.3's quantize(), but for KL/hist the preparation pass keeps each batch's
-        # activations (zero-copy: the scope hands its buffers over, see _keep_activations) within
+        # activations (zero-copy: the scope hands its buffers over, see keep_activations) within
         # the memory budget, and the sampling pass histograms a kept batch instead of running the
         # program on it again when the loader yields the very same feed (bitwise) for it.
         self._load_model_data()
@@ -188,7 +188,7 @@ def _make_fast_methods(ptq_module) -> dict[str, Callable]:
                         scope=self._scope,
                     )
                     self._collect_activation_abs_min_max()
-                    entry = _keep_activations(self, data, budget, utils)
+                    entry = keep_activations(self, data, budget, utils)
                     if entry is not None:
                         kept[batch_id] = entry
                         budget -= entry[2]

@@ -14,10 +14,10 @@ import inspect
 import sys
 from typing import Callable
 
-from .histogram import _plan_cache
-from .ptq_methods import _make_fast_methods, set_keep_limit
-from .ptq_source import _ORIGINAL_SOURCES
-from .threshold import _PATCH_SITES, _originals, cal_kl_threshold_fast
+from .histogram import plan_cache
+from .ptq_methods import make_fast_methods, set_keep_limit
+from .ptq_source import ORIGINAL_SOURCES
+from .threshold import PATCH_SITES, originals, cal_kl_threshold_fast
 
 _PTQ_MODULE = "paddle.static.quantization.post_training_quantization"
 _original_methods: dict[str, Callable] = {}  # PostTrainingQuantization method -> original
@@ -36,7 +36,7 @@ def _source_matches(fn, expected: str) -> bool:
 def _patch_threshold() -> int:
     """Point every module that holds Paddle's ``cal_kl_threshold`` at the fast one."""
     patched = 0
-    for name in _PATCH_SITES:
+    for name in PATCH_SITES:
         try:
             mod = importlib.import_module(name)
         except Exception:  # noqa: BLE001 - an optional site (older/newer Paddle)
@@ -44,7 +44,7 @@ def _patch_threshold() -> int:
         current = getattr(mod, "cal_kl_threshold", None)
         if current is None or current is cal_kl_threshold_fast:
             continue
-        _originals[name] = current
+        originals[name] = current
         mod.cal_kl_threshold = cal_kl_threshold_fast
         patched += 1
     return patched
@@ -54,9 +54,9 @@ def _patch_sampling() -> list[str]:
     """Replace the sampling methods whose source matches the guard; the names that did not."""
     ptq = importlib.import_module(_PTQ_MODULE)
     cls = ptq.PostTrainingQuantization
-    fast_methods = _make_fast_methods(ptq)
+    fast_methods = make_fast_methods(ptq)
     current = {name: cls.__dict__.get(name) for name in fast_methods}
-    matches = {name: fn is not None and _source_matches(fn, _ORIGINAL_SOURCES[name])
+    matches = {name: fn is not None and _source_matches(fn, ORIGINAL_SOURCES[name])
                for name, fn in current.items()}
     if not (matches["_sample_histogram"] and matches["_collect_activation_abs_min_max"]):
         matches["quantize"] = False     # its kept batches go through our histogram path
@@ -100,18 +100,18 @@ def uninstall() -> None:
     _install_depth -= 1
     if _install_depth:
         return
-    for name, fn in list(_originals.items()):
+    for name, fn in list(originals.items()):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, "cal_kl_threshold", None) is cal_kl_threshold_fast:
             mod.cal_kl_threshold = fn
-    _originals.clear()
+    originals.clear()
     ptq = sys.modules.get(_PTQ_MODULE)
     for name, fn in list(_original_methods.items()):
         cls = ptq.PostTrainingQuantization if ptq is not None else None
         if cls is not None and getattr(cls.__dict__.get(name), "__edgeforge_fast__", False):
             setattr(cls, name, fn)
     _original_methods.clear()
-    _plan_cache.clear()
+    plan_cache.clear()
 
 
 def installed() -> bool:

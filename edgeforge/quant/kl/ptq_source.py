@@ -4,7 +4,7 @@
 # The PostTrainingQuantization methods are replaced only while their source is exactly the one
 # the replacements below mirror (Paddle 3.3); otherwise Paddle's own stay in place. quantize() is
 # replaced only together with the other two.
-_ORIGINAL_SOURCES = {
+ORIGINAL_SOURCES = {
     "_sample_histogram": '''\
 def _sample_histogram(self):
     for var_name in self._quantized_act_var_name:

@@ -14,18 +14,18 @@ _TOL_SAFETY = 8.0                          # the bound below is first-order; kee
 
 # Where Paddle looks the function up: the defining module, and modules that did
 # ``from .cal_kl_threshold import cal_kl_threshold`` (a binding of their own).
-_PATCH_SITES = (
+PATCH_SITES = (
     "paddle.static.quantization.cal_kl_threshold",
     "paddle.static.quantization.post_training_quantization",
     "paddle.quantization.imperative.ptq_quantizer",
 )
-_originals: dict[str, Callable] = {}       # module name -> the function it held before install()
+originals: dict[str, Callable] = {}       # module name -> the function it held before install()
 
 
 # --------------------------------------------------------------------------- reference access
 def _reference() -> Callable:
     """Paddle's own ``cal_kl_threshold`` (the original even while patched)."""
-    orig = _originals.get(_PATCH_SITES[0])
+    orig = originals.get(PATCH_SITES[0])
     if orig is not None:
         return orig
     from paddle.static.quantization import cal_kl_threshold as mod
@@ -37,7 +37,7 @@ def _reference() -> Callable:
 
 
 # --------------------------------------------------------------------------- helpers
-def _as_counts(hist: np.ndarray):
+def as_counts(hist: np.ndarray):
     """int64 counts when ``hist`` holds finite, non-negative integers with a total < 2**53
     (then every sum the reference forms is exact, in int or float), else None."""
     if hist.dtype.kind in "iu":
@@ -73,7 +73,7 @@ def _blocks(i: np.ndarray, R: int):
     return starts, ends
 
 
-def _screen(h: np.ndarray, C: np.ndarray, NZ: np.ndarray, I: np.ndarray, R: int):
+def screen(h: np.ndarray, C: np.ndarray, NZ: np.ndarray, I: np.ndarray, R: int):
     """Closed-form KL for every threshold in ``I`` and a bound on |this - reference|."""
     n = h.shape[0]
     P = int(C[-1])
@@ -113,7 +113,7 @@ def _seq_sum(t: np.ndarray):
     return np.add.accumulate(t)[-1]
 
 
-def _exact_kl(h: np.ndarray, C: np.ndarray, NZ: np.ndarray, i: int, R: int) -> float:
+def exact_kl(h: np.ndarray, C: np.ndarray, NZ: np.ndarray, i: int, R: int) -> float:
     """The reference's KL divergence for threshold ``i``, with its operations and order."""
     P = int(C[-1])
     Pf = float(P)
@@ -146,13 +146,13 @@ def _exact_kl(h: np.ndarray, C: np.ndarray, NZ: np.ndarray, i: int, R: int) -> f
 
 def kl_divergences_exact(hist, bits: int = 8) -> dict[int, float]:
     """Reference KL value for every evaluated threshold ``i`` (for tests and diagnosis)."""
-    h = _as_counts(np.asarray(hist))
+    h = as_counts(np.asarray(hist))
     if h is None:
         raise ValueError("hist must hold non-negative integer counts")
     n, R = h.shape[0], 2 ** (bits - 1) - 1
     C = np.concatenate(([0], np.cumsum(h)))
     NZ = np.concatenate(([0], np.cumsum(h != 0)))
-    return {i: _exact_kl(h, C, NZ, i, R)
+    return {i: exact_kl(h, C, NZ, i, R)
             for i in range(int((n - 1) * 0.5), n) if h[i - 1] != 0}
 
 
@@ -172,7 +172,7 @@ def cal_kl_threshold_fast(hist, bin_width, bits):
     assert arr.ndim == 1
     n = arr.shape[0]
     R = 2 ** (bits - 1) - 1 if isinstance(bits, (int, np.integer)) else None
-    h = _as_counts(arr) if (R is not None and R >= 1 and n >= 3) else None
+    h = as_counts(arr) if (R is not None and R >= 1 and n >= 3) else None
     if h is None:
         return _reference()(hist, bin_width, bits)
 
@@ -184,7 +184,7 @@ def cal_kl_threshold_fast(hist, bin_width, bits):
 
     min_kl_index = 0
     if I.size:
-        kl, tol = _screen(h, C, NZ, I, R)
+        kl, tol = screen(h, C, NZ, I, R)
         bound = np.min(kl + tol)
         cand = I[kl - tol <= bound]
         if cand.size == 1:
@@ -192,7 +192,7 @@ def cal_kl_threshold_fast(hist, bin_width, bits):
         else:
             best = None
             for i in cand.tolist():                      # increasing i, first strict minimum
-                v = _exact_kl(h, C, NZ, i, R)
+                v = exact_kl(h, C, NZ, i, R)
                 if best is None or v < best:
                     best, min_kl_index = v, i
     if min_kl_index == 0:
