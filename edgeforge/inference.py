@@ -25,19 +25,25 @@ _READ_TIMEOUT_S = 600
 def program_files(prefix: Path, key: str = "[model] inference") -> tuple[Path, Path]:
     """``(prefix.pdmodel, prefix.pdiparams)``, or one ConfigError saying what is there instead."""
     model, params = Path(f"{prefix}.pdmodel"), Path(f"{prefix}.pdiparams")
+    key = _given(key, prefix)
     if not model.is_file():
         if Path(f"{prefix}.json").is_file():
-            raise ConfigError(f"{key} = {prefix}: {prefix.name}.json is a PIR program, which "
+            raise ConfigError(f"{key}: {prefix.name}.json is a PIR program, which "
                               "paddle2onnx 1.3.1 and Paddle Lite cannot read", hint=REEXPORT)
         if prefix.is_dir() and (prefix / "inference.pdmodel").is_file():
-            raise ConfigError(f"{key} = {prefix} is a directory",
+            raise ConfigError(f"{key} is a directory",
                               hint=f"name the prefix, not the directory: {prefix / 'inference'}")
-        raise ConfigError(f"{key} = {prefix}: no {model.name} there",
+        raise ConfigError(f"{key}: no {model.name} there",
                           hint="give the path prefix of an exported model (prefix.pdmodel + prefix.pdiparams)")
     if not params.is_file():
-        raise ConfigError(f"{key} = {prefix}: {model.name} has no {params.name} beside it",
+        raise ConfigError(f"{key}: {model.name} has no {params.name} beside it",
                           hint="export writes both: copy the .pdiparams file next to the .pdmodel")
     return model, params
+
+
+def _given(key: str, prefix: Path) -> str:
+    """How the user gave the prefix: ``--from-inference P`` or ``[model] inference = P``."""
+    return f"{key} {prefix}" if key.startswith("--") else f"{key} = {prefix}"
 
 
 def _dtype(paddle, var) -> str:
@@ -76,18 +82,19 @@ def read_program(prefix: str, probe_dir: str | None = None) -> dict:
     return {"ok": result}
 
 
-def run_read(prefix: Path, log_path: Path, probe_dir: Path | None = None, pass_name: str = "export") -> dict:
+def run_read(prefix: Path, log_path: Path, probe_dir: Path | None = None, pass_name: str = "export",
+             key: str = "[model] inference") -> dict:
     """:func:`read_program` in a child process; a program Paddle cannot load is a ConfigError."""
     from .native import run_native
 
-    program_files(prefix)
+    program_files(prefix, key)
     result = run_native(pass_name, f"the inference model {prefix}", read_program,
                         (str(prefix), None if probe_dir is None else str(probe_dir)), log_path,
                         timeout=_READ_TIMEOUT_S,
                         hint="the program ended the Paddle process that loaded it; load it by hand "
                              "with paddle.static.load_inference_model to see why")
     if "error" in result:
-        raise ConfigError(f"[model] inference = {prefix}: Paddle cannot load it: {result['error']}",
+        raise ConfigError(f"{_given(key, prefix)}: Paddle cannot load it: {result['error']}",
                           hint=f"check it is a legacy inference program; {REEXPORT}")
     return result["ok"]
 

@@ -139,7 +139,7 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
     if from_inference is not None:
         prefix = Path(from_inference).expanduser().resolve()
         with tempfile.TemporaryDirectory(prefix="edgeforge-init-") as tmp:
-            program = run_read(prefix, Path(tmp) / "read.log", pass_name="init")["inputs"]
+            program = run_read(prefix, Path(tmp) / "read.log", pass_name="init", key="--from-inference")["inputs"]
         from .inference import agree
 
         res.inputs = agree(program, given, "--input") if given else program

@@ -91,3 +91,16 @@ def test_factory_and_inference_together_is_a_config_error(exported, digits_proje
     toml.write_text(toml.read_text().replace("[model]\n", '[model]\nfactory = "model:DigitsNet"\n'))
     res = run_cli("check", str(root), "--target", "linux-x86")
     assert res.returncode == 2 and "exactly one of factory" in res.stderr, res.stderr
+
+
+def test_a_program_paddle_cannot_load_is_one_line(digits_project, tmp_path):
+    prefix = tmp_path / "bad" / "inference"
+    prefix.parent.mkdir()
+    prefix.with_suffix(".pdmodel").write_bytes(b"\x07not a program" * 50)
+    prefix.with_suffix(".pdiparams").write_bytes(b"\x00" * 64)
+    res = run_cli("init", str(tmp_path / "new"), "--from-inference", str(prefix))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"error: --from-inference {prefix}: Paddle cannot load it" in res.stderr
+    assert not (tmp_path / "new" / "edgeforge.toml").exists()
+    missing = run_cli("init", str(tmp_path / "new"), "--from-inference", str(tmp_path / "bad"))
+    assert missing.returncode == 2 and f"name the prefix, not the directory: {prefix}" in missing.stderr
