@@ -68,10 +68,28 @@ def split_measured(meta: dict, paths: Sequence[str] = MEASURED) -> tuple[dict, l
     return content, [[p, v] for p, v in pairs]
 
 
-def merge_measured(content: dict, pairs: list) -> dict:
-    """``content`` with the measured fields of :func:`split_measured` put back."""
+def _measured_path(path: Any, patterns: Sequence[str]) -> bool:
+    """Whether ``path`` (a list of keys and indices) is one a pattern names: a side record (from
+    a remote cache, too) never reaches the rest of the meta."""
+    if not isinstance(path, list) or not path:
+        return False
+    for pattern in patterns:
+        parts = pattern.split(".")
+        if len(parts) == len(path) and all(
+                (isinstance(v, (str, int)) and not isinstance(v, bool)) if p == "*" else p == v
+                for p, v in zip(parts, path)):
+            return True
+    return False
+
+
+def merge_measured(content: dict, pairs: list, patterns: Sequence[str] = MEASURED) -> dict:
+    """``content`` with the measured fields of :func:`split_measured` put back (only paths
+    that ``patterns`` name)."""
     meta = copy.deepcopy(content)
-    for path, value in pairs or []:
+    for pair in pairs if isinstance(pairs, list) else []:
+        if not (isinstance(pair, list) and len(pair) == 2 and _measured_path(pair[0], patterns)):
+            continue
+        path, value = pair
         node: Any = meta
         try:
             for part in path[:-1]:
@@ -143,7 +161,7 @@ class Pipeline:
             hit, source_kind = self._lookup(key, p.name)
             if hit is not None:
                 path, entry = hit
-                meta = merge_measured(entry.get("meta", {}), entry.get("measured", []))
+                meta = merge_measured(entry.get("meta", {}), entry.get("measured", []), self.measured)
                 current = Artifact(p.produces, path, meta, entry["content_digest"])
             else:
                 current = self._build(p, current, ctx, key, len(records))

@@ -210,13 +210,17 @@ class Remote:
         if digest != index["archive"]["sha256"]:
             return self._bad(key, pass_name, "its archive does not match its index (sha256)")
         tmp = cache.staging(key)
-        why = unpack(body, tmp, pass_name)
+        try:
+            why = unpack(body, tmp, pass_name)
+            measured = index.get("measured") or []
+            if measured and not why:
+                (tmp / "measured.json").write_text(json.dumps(measured, sort_keys=True))
+        except BaseException:
+            _rmtree(tmp)
+            raise
         if why:
             _rmtree(tmp)
             return self._bad(key, pass_name, why)
-        measured = index.get("measured") or []
-        if measured:
-            (tmp / "measured.json").write_text(json.dumps(measured, sort_keys=True))
         cache.adopt(key, tmp)
         hit = cache.get(key)                # every file's digest, as for a local entry
         if hit is None:
@@ -362,6 +366,8 @@ def unpack(body: bytes, dest: Path, pass_name: str) -> str:
                     fh.write(src.read() if src is not None else b"")
     except (tarfile.TarError, EOFError):
         return "its archive is not a tar"
+    except OSError as exc:                  # two members at one path, a name too long ...
+        return f"its archive does not unpack ({exc.strerror or type(exc).__name__})"
     try:
         meta = json.loads((dest / "entry.json").read_text())
     except (OSError, ValueError):

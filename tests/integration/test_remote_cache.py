@@ -115,6 +115,25 @@ def nginx(tmp_path_factory):
     server.stop()
 
 
+CODE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def code_snapshot(tmp_path_factory):
+    """The builds of this module run one copy of edgeforge: an edit to the checkout while the
+    tests run (the build code is in every key) cannot split runner A's keys from runner B's."""
+    import edgeforge
+
+    pkg = Path(edgeforge.__file__).resolve().parent
+    snap = tmp_path_factory.mktemp("code")
+    shutil.copytree(pkg, snap / "edgeforge", ignore=shutil.ignore_patterns("__pycache__"))
+    if (pkg.parent / "targets").is_dir():
+        shutil.copytree(pkg.parent / "targets", snap / "targets")
+    CODE["PYTHONPATH"] = os.pathsep.join([str(snap)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    yield
+    CODE.clear()
+
+
 def snapshot(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -124,7 +143,7 @@ def build(project: Path, cache: Path, out: Path, *flags: str, env: dict | None =
     t0 = time.monotonic()
     r = run_cli("build", str(project), "--target", "jetson-orin", "--out", str(out), *flags,
                 env={"EDGEFORGE_CACHE": str(cache), "XDG_CONFIG_HOME": str(cache.parent / "xdg"),
-                     **(env or {})})
+                     **CODE, **(env or {})})
     r.wall_s = time.monotonic() - t0
     return r
 
@@ -181,7 +200,7 @@ def test_a_second_runner_rebuilds_from_the_remote_cache(cold, nginx, tmp_path):
     ratio = b.wall_s / cold["run"].wall_s
     print(f"cold A {cold['run'].wall_s:.1f} s, remote-hit B {b.wall_s:.1f} s ({ratio:.0%}), sha256 {cold['sha']}")
     assert ratio < 0.25, f"B took {b.wall_s:.1f} s, A {cold['run'].wall_s:.1f} s"
-    stats = run_cli("cache", "stats", env={"EDGEFORGE_CACHE": str(tmp_path / "cache")})
+    stats = run_cli("cache", "stats", env={"EDGEFORGE_CACHE": str(tmp_path / "cache"), **CODE})
     assert "remote: 5 hits, 0 misses" in stats.stdout, stats.stdout
     assert " 0 B down" not in stats.stdout
     again = build(cold["project"], tmp_path / "cache", tmp_path / "out", "--remote-cache", nginx.url("fleet"))
@@ -223,11 +242,31 @@ def test_a_damaged_remote_entry_is_a_miss_rebuilt_locally(cold, nginx, tmp_path,
             p.write_bytes(data)
 
 
+def test_an_index_cannot_change_more_than_measurements(cold, nginx, tmp_path):
+    """The index's ``measured`` goes back only into measured fields: a forged verify status or
+    artifact file in it changes nothing."""
+    store = nginx.root / "fleet"
+    key = next(s["cache_key"] for s in manifest(cold["out"])["steps"] if s["pass"] == "verify")
+    index = store / f"{key}.json"
+    saved = index.read_bytes()
+    try:
+        rec = json.loads(saved)
+        rec["measured"] += [[["verify", "status"], "forged"], [["file"], "../../evil"]]
+        index.write_text(json.dumps(rec))
+        r = build(cold["project"], tmp_path / "cache", tmp_path / "out", "--remote-cache", nginx.url("fleet"))
+        assert_clean(r, 0)
+        m = manifest(tmp_path / "out")
+        assert m["verify"]["status"] == manifest(cold["out"])["verify"]["status"] != "forged"
+        assert m["artifact"]["sha256"] == cold["sha"] and m["artifact"]["path"] == "model.onnx"
+    finally:
+        index.write_bytes(saved)
+
+
 def test_nginx_stopped_mid_build_is_one_warning_and_exit_0(small, tmp_path):
     server = Nginx(tmp_path / "nginx")
     proj = small(1)
     first_upload = server.root / "mid"
-    env = {"EDGEFORGE_CACHE": str(tmp_path / "cache"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env = {"EDGEFORGE_CACHE": str(tmp_path / "cache"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"), **CODE}
     exe = Path(sys.executable).with_name("edgeforge")
     proc = subprocess.Popen([str(exe), "build", str(proj), "--target", "jetson-orin", "--out", str(tmp_path / "out"),
                              "--remote-cache", server.url("mid")], env=dict(os.environ, **env, COLUMNS="120"),
