@@ -61,6 +61,7 @@ class Nginx:
         self.dir, self.root, self.port = base, base / "store", free_port()
         self.root.mkdir(parents=True)
         (self.root / "auth").mkdir()
+        (base / "htpasswd").write_text("ci:{PLAIN}pw-29\n")
         user = "user root;\n" if os.geteuid() == 0 else ""
         temps = "\n".join(f"  {k}_temp_path {base}/{k};" for k in ("client_body", "proxy", "fastcgi",
                                                                       "uwsgi", "scgi"))
@@ -84,6 +85,12 @@ http {{
     location /auth/ {{
       if ($http_authorization != "Bearer {TOKEN}") {{ return 401; }}
       dav_methods PUT DELETE MKCOL;
+      create_full_put_path on;
+    }}
+    location /basic/ {{
+      auth_basic "edgeforge cache";
+      auth_basic_user_file {base}/htpasswd;
+      dav_methods PUT;
       create_full_put_path on;
     }}
   }}
@@ -459,3 +466,36 @@ def test_remote_settings_come_from_flag_env_then_config(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="not one of"):
         RemoteSettings.resolve(mode="sometimes")
     assert redact("http://bob:hunter2@host:8080/p?q=1") == "http://host:8080/p"
+
+
+def test_netrc_credentials_publish_and_read_an_entry(nginx, tmp_path, monkeypatch):
+    """Basic auth from a netrc (requests reads $NETRC), through the library: an entry put in one
+    cache is published, read into another with every file checked; without the netrc entry the
+    server says 401: one warning, a miss."""
+    from edgeforge.cache import Cache
+    from edgeforge.remote_cache import Remote, RemoteSettings
+
+    (tmp_path / "netrc").write_text("machine 127.0.0.1 login ci password pw-29\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    monkeypatch.delenv("EDGEFORGE_REMOTE_CACHE_TOKEN", raising=False)
+    produced = tmp_path / "produced"
+    (produced / "sub").mkdir(parents=True)
+    (produced / "model.onnx").write_bytes(b"\x00model" * 100)
+    (produced / "sub" / "ref.npz").write_bytes(b"ref")
+    key = hashlib.sha256(b"netrc entry").hexdigest()
+    a, b = Cache(tmp_path / "a"), Cache(tmp_path / "b")
+    a.put(key, produced, {"pass": "export", "version": 1, "meta": {"file": "model.onnx"}},
+          measured=[[["int8_vs_fp32"], {"fp32_p50_ms": 1.0}]])
+    said: list[str] = []
+    remote = Remote(RemoteSettings(nginx.url("basic/n"), "readwrite", 5.0), warn=said.append)
+    remote.publish(key, a, "export", [[["int8_vs_fp32"], {"fp32_p50_ms": 1.0}]])
+    assert said == [] and (nginx.root / "basic" / "n" / f"{key}.tar").is_file()
+    path, entry = remote.fetch(key, b, "export")
+    assert (path / "sub" / "ref.npz").read_bytes() == b"ref" and entry["meta"] == {"file": "model.onnx"}
+    assert entry["measured"] == [[["int8_vs_fp32"], {"fp32_p50_ms": 1.0}]]
+    assert b.stats()["remote_hits"] == 1 and b.stats()["bytes_downloaded"] > 0
+    (tmp_path / "netrc").write_text("machine elsewhere login ci password pw-29\n")
+    other = Remote(RemoteSettings(nginx.url("basic/n"), "readwrite", 5.0), warn=said.append)
+    assert other.fetch(key, Cache(tmp_path / "c"), "export") is None
+    assert other.fetch(hashlib.sha256(b"x").hexdigest(), Cache(tmp_path / "c"), "export") is None
+    assert len(said) == 1 and "refused (HTTP 401" in said[0] and "pw-29" not in said[0]
