@@ -10,9 +10,12 @@ ROWS = {
     "errors": 0, "oserror": 0, "paddle_env": 0, "runner": 0, "lite_child": 0, "edgeforge": 0,
     "fsutil": 0.3, "cache": 0.6,
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "manifest": 1, "results": 1, "quant": 1,
+    "init_data": 1,
+    "inference": 1.5,                   # an exported program, read in a child (native)
     "project": 2, "targets": 2, "report": 2, "remote_cache": 2,
     "contracts": 3, "options": 3,
     "passes": 4,
+    "init": 4.5,                        # edgeforge init: a factory's InputSpecs through export's import
     "pipeline": 5,
     "api": 6,
     "device": 7,
