@@ -392,12 +392,9 @@ def test_the_bearer_token_is_sent_and_never_written(nginx, small, tmp_path):
     assert_clean(first, 0)
     assert_clean(second, 0)
     assert set(sources(tmp_path / "o2").values()) == {"remote hit"}      # the server took the token
-    refused = build(proj, tmp_path / "c3", tmp_path / "o3", "--remote-cache", url)   # no token: 401
-    assert_clean(refused, 1)
-    assert set(sources(tmp_path / "o3").values()) == {"miss"}
-    for r in (first, second, refused):
+    for r in (first, second):       # (without the token: test_netrc_... below, the 401 case)
         assert TOKEN not in r.stdout + r.stderr
-    for d in ("c1", "c2", "c3", "o1", "o2", "o3"):
+    for d in ("c1", "c2", "o1", "o2"):
         for p in (tmp_path / d).rglob("*"):
             if p.is_file():
                 assert TOKEN.encode() not in p.read_bytes(), p
