@@ -2,7 +2,8 @@
 
     edgeforge devices emulate start --dir DIR [--cpu cortex-a72|cortex-a76] [--target rpi4] [--port N]
     edgeforge devices emulate stop --dir DIR [--purge]
-    edgeforge devices setup NAME [--inventory FILE] [--package REQ]...
+    edgeforge devices setup NAME [--inventory FILE] [--package REQ]... [--connect-timeout S]
+        [--timeout S] [--wait S] [--retries N] [--trust-new-host]
 
 The ``devices`` verb (cli/devices.py) owns the parser; it calls :func:`add_arguments` and, for the
 actions in :data:`ACTIONS`, :func:`run`.
@@ -10,7 +11,8 @@ actions in :data:`ACTIONS`, :func:`run`.
 from __future__ import annotations
 
 from ..errors import ConfigError, ExitCode
-from ._common import console, escape, number, step_progress
+from ..options import RETRIES
+from ._common import console, escape, nonneg_float, number, retries, step_progress
 
 ACTIONS = ("emulate", "setup")
 
@@ -29,6 +31,10 @@ def add_arguments(p) -> None:
                    help="setup: a pip requirement instead of the target's runtime (repeatable)")
     g.add_argument("--keep-inventory", action="store_true",
                    help="setup: do not point the device's python in devices.toml at the new env")
+    g.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
+                   help="setup: wait up to S seconds for a device another bench or setup holds")
+    g.add_argument("--retries", type=retries, default=RETRIES, metavar="N",
+                   help=f"setup: connect attempts after a transient failure (default {RETRIES})")
 
 
 def run(args) -> int:
@@ -73,12 +79,22 @@ def _say(text: str, indent: str = "") -> None:
     console().print(escape("\n".join(lines)))
 
 
+def _connection(args):
+    """The connection flags `devices` takes, as bench's options (setup's defaults where not given)."""
+    from ..options import BenchOptions
+
+    return BenchOptions(connect_timeout=getattr(args, "connect_timeout", None), timeout=getattr(args, "timeout", None),
+                        wait=getattr(args, "wait", 0.0) or 0.0, retries=getattr(args, "retries", RETRIES),
+                        trust_new_host=bool(getattr(args, "trust_new_host", False)))
+
+
 def _setup(name: str, inventory, args) -> int:
     from ..device.setup import setup_device
 
     with step_progress(getattr(args, "quiet", False)) as on_step:
         res = setup_device(name, inventory=inventory, packages=args.package,
-                           update_inventory=not args.keep_inventory, on_step=on_step)
+                           update_inventory=not args.keep_inventory, on_step=on_step,
+                           opts=_connection(args))
     asked = {r.split("=")[0].split("<")[0].split(">")[0].lower() for r in res.packages}
     main = [w["name"].split("-")[:2] for w in res.wheels if w["name"].split("-")[0].lower() in asked]
     deps = len(res.wheels) - len(main)

@@ -30,6 +30,7 @@ from ..cache import sha256_file
 from ..errors import (ConfigError, ConnectionLost, DeviceError, Interrupted, Misconfigured,
                       RunnerCrashed, RunnerTimeout, RuntimeMissing)
 from ..options import BenchOptions
+from ..runner import remote
 from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ..results.stats import summarize
 from .interrupt import StopOnSignal, interrupted, stop_runner
@@ -37,7 +38,6 @@ from .inventory import Device, load_inventory
 from .lease import Lease, iso, lease_ttl
 from .settings import (
     PREPARE_PREFIX,
-    REMOTE_PREPARE,
     RUNNER_NAME,
     RUNTIME_FOR_BACKEND,
     BenchSettings,
@@ -52,10 +52,10 @@ from .settings import (
 from .events import Partial, tail
 from .health import guarded     # its home was here: fleet, deploy and load import it from here
 from .runner_errors import runner_error
+from .session import BACKOFF_S, connect
 from .transport import SSHTransport
 
 DEADLINE_GRACE_S = 5.0
-BACKOFF_S = 0.5             # first wait; doubles each retry
 
 
 Step = Callable[[str, str], None]   # (step, message)
@@ -132,7 +132,7 @@ class Bench:
                "modules": needed_modules(self.manifest, self.settings),
                "mkdirs": sorted({posixpath.dirname(r) for r in digests if posixpath.dirname(r)}),
                "files": sorted(digests)}
-        r = tr.python(["-c", REMOTE_PREPARE, json.dumps(req)], timeout=min(self.settings.command_timeout_s, 120),
+        r = tr.python(["-c", remote.script("prepare"), json.dumps(req)], timeout=min(self.settings.command_timeout_s, 120),
                       doing="checking the files on the device")
         self._raise_for_transport(r, "checking the files on the device")
         line = next((ln for ln in r.stdout.splitlines() if ln.startswith(PREPARE_PREFIX)), None)
@@ -350,22 +350,10 @@ class Bench:
     # ------------------------------------------------------------ all of it
 
     def connect(self) -> SSHTransport:
-        """Open the SSH connection; a transient failure is tried again with exponential backoff."""
-        for attempt in range(1, self.retries + 2):
-            self.attempts = attempt
-            tr = SSHTransport(self.device, connect_timeout=self.settings.connect_timeout_s,
-                              trust_new_host=self.trust_new_host)
-            try:
-                return tr.open()
-            except DeviceError as exc:
-                if not exc.transient or attempt > self.retries:
-                    if attempt > 1:
-                        raise exc.restate(f"{exc.detail} (after {attempt} tries)") from None
-                    raise
-                delay = self.backoff_s * 2 ** (attempt - 1)
-                self.on_step("connect", f"{exc.detail}; try {attempt + 1} of {self.retries + 1} in {delay:.1f}s")
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+        """Open the SSH connection (:func:`.session.connect`: retries with exponential backoff)."""
+        return connect(self.device, connect_timeout=self.settings.connect_timeout_s,
+                       trust_new_host=self.trust_new_host, retries=self.retries, backoff_s=self.backoff_s,
+                       on_step=self.on_step, on_attempt=lambda n: setattr(self, "attempts", n))
 
     def run(self) -> BenchOutcome:
         check_results_dir(self.results_dir)

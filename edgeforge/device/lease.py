@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..runner import remote
 from ..errors import (Busy, ConnectionLost, DeviceError, LeaseLost, Misconfigured, RunnerCrashed, RunnerTimeout,
                       RuntimeMissing)
 from .process import pid_alive
@@ -41,92 +42,6 @@ TTL_MARGIN_S = 60.0
 POLL_MIN_S, POLL_MAX_S = 0.25, 2.0
 SCRIPT_TIMEOUT_S = 60.0
 
-# Runs on the device: standard library only.
-REMOTE_LEASE = r'''
-import fcntl, json, os, shutil, sys, time
-req = json.loads(sys.argv[1])
-wd = os.path.abspath(os.path.expanduser(req["workdir"]))
-lease = os.path.join(wd, ".lease")
-out = {"dir": lease}
-def say(**kw):
-    out.update(kw)
-    print("@@edgeforge-lease " + json.dumps(out))
-    sys.exit(0)
-try:
-    os.makedirs(wd, exist_ok=True)
-    lock = os.open(os.path.join(wd, ".lease.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-except OSError as e:
-    say(status="error", error="%s: %s" % (e.strerror, e.filename))
-def load(name):
-    try:
-        with open(os.path.join(lease, name)) as f:
-            v = json.load(f)
-        return v if isinstance(v, dict) else {}
-    except (OSError, ValueError):
-        return {}
-def write_owner(o):
-    tmp = os.path.join(lease, ".owner.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(o, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, os.path.join(lease, "owner.json"))
-def runner_alive():
-    r = load("runner.json")
-    pid = r.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            if b"edgeforge_runner" not in f.read():
-                return None
-        with open("/proc/%d/stat" % pid) as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
-    except (OSError, IndexError):
-        pass
-    return pid
-now = time.time()
-op = req["op"]
-held = os.path.isdir(lease)
-owner = load("owner.json") if held else {}
-if op == "acquire":
-    if held and req.get("break") and owner.get("token") == req["break"] and runner_alive() is None:
-        shutil.rmtree(lease, ignore_errors=True)
-        out["broke"] = owner
-        held = os.path.isdir(lease)
-    if held:
-        renewed = owner.get("renewed", owner.get("acquired"))
-        if not isinstance(renewed, (int, float)):
-            try:
-                renewed = os.stat(lease).st_mtime
-            except OSError:
-                renewed = now
-        say(status="busy", holder=owner, age_s=now - renewed, runner_pid=runner_alive(), now=now)
-    os.mkdir(lease)
-    o = dict(req["owner"], acquired=now, renewed=now)
-    write_owner(o)
-    say(status="acquired", owner=o, now=now)
-if op in ("renew", "release"):
-    if not held or owner.get("token") != req["token"]:
-        say(status="lost", holder=owner, now=now)
-    if op == "renew":
-        owner["renewed"] = now
-        write_owner(owner)
-        say(status="renewed", now=now)
-    shutil.rmtree(lease, ignore_errors=True)
-    say(status="released", now=now)
-if op == "show":
-    say(status="busy" if held else "free", holder=owner, runner_pid=runner_alive() if held else None, now=now)
-say(status="error", error="unknown op %r" % op)
-'''
 
 # Tokens of leases this process holds now; a lease with our pid and another token was abandoned.
 _ACTIVE: set[str] = set()
@@ -181,7 +96,7 @@ class Lease:
 
     def _call(self, op: str, **extra) -> dict:
         req = {"op": op, "workdir": self.device.workdir, "token": self.token, **extra}
-        r = self.tr.python(["-c", REMOTE_LEASE, json.dumps(req)], timeout=SCRIPT_TIMEOUT_S,
+        r = self.tr.python(["-c", remote.script("lease"), json.dumps(req)], timeout=SCRIPT_TIMEOUT_S,
                            doing=f"{'taking' if op == 'acquire' else op + 'ing'} the device lease")
         if r.connection_lost:
             raise ConnectionLost(self.device.name, f"connection to {self.device.address} lost while handling the lease")

@@ -17,44 +17,6 @@ __all__ = ["validate_build"]      # the one check of a build directory lives in 
 RUNNER_NAME = "edgeforge_runner.py"
 PREPARE_PREFIX = "@@edgeforge-prepare "
 
-# Runs on the device before anything is uploaded: standard library only.
-REMOTE_PREPARE = r'''
-import hashlib, importlib.util, json, os, platform, sys
-req = json.loads(sys.argv[1])
-out = {"python": platform.python_version(), "executable": sys.executable,
-       "machine": platform.machine(), "modules": {}, "digests": {}}
-for m in req["modules"]:
-    try:
-        out["modules"][m] = importlib.util.find_spec(m) is not None
-    except Exception:
-        out["modules"][m] = False
-d = os.path.abspath(os.path.join(os.path.expanduser(req["workdir"]), req["subdir"]))
-out["dir"] = d
-try:
-    for sub in [""] + req["mkdirs"]:
-        os.makedirs(os.path.join(d, sub), exist_ok=True)
-    out["writable"] = os.access(d, os.W_OK)
-except OSError as e:
-    out["writable"] = False
-    out["error"] = "%s: %s" % (e.strerror, e.filename)
-for rel in req["files"]:
-    try:
-        h = hashlib.sha256()
-        with open(os.path.join(d, rel), "rb") as f:
-            for b in iter(lambda: f.read(1 << 20), b""):
-                h.update(b)
-        out["digests"][rel] = h.hexdigest()
-    except OSError:
-        out["digests"][rel] = None
-out["cores"] = os.cpu_count()      # what a load may start there (edgeforge.device.load)
-try:
-    with open("/proc/meminfo") as f:
-        mem = dict((ln.split(":")[0], int(ln.split()[1]) // 1024) for ln in f if ln.split()[1:2] and ln.split()[1].isdigit())
-    out["mem_total_mb"], out["mem_available_mb"] = mem.get("MemTotal"), mem.get("MemAvailable")
-except (OSError, ValueError, IndexError):
-    pass
-print("@@edgeforge-prepare " + json.dumps(out))
-'''
 
 ARCH_ALIASES = {
     "x86_64": {"x86_64", "amd64"},

@@ -1,0 +1,39 @@
+"""Runs on the device before anything is uploaded (edgeforge.device.bench): the python, the
+modules found, the work directory made, the sha256 of the files already there, cores and memory.
+Standard library only: sent with ``python -c``."""
+from common import sha256_file  # inlined when sent (edgeforge.runner.remote.script)
+import importlib.util
+import json
+import os
+import platform
+import sys
+req = json.loads(sys.argv[1])
+out = {"python": platform.python_version(), "executable": sys.executable,
+       "machine": platform.machine(), "modules": {}, "digests": {}}
+for m in req["modules"]:
+    try:
+        out["modules"][m] = importlib.util.find_spec(m) is not None
+    except Exception:  # noqa: BLE001 - find_spec imports the parent package, which may raise anything
+        out["modules"][m] = False
+d = os.path.abspath(os.path.join(os.path.expanduser(req["workdir"]), req["subdir"]))
+out["dir"] = d
+try:
+    for sub in [""] + req["mkdirs"]:
+        os.makedirs(os.path.join(d, sub), exist_ok=True)
+    out["writable"] = os.access(d, os.W_OK)
+except OSError as e:
+    out["writable"] = False
+    out["error"] = "%s: %s" % (e.strerror, e.filename)
+for rel in req["files"]:
+    try:
+        out["digests"][rel] = sha256_file(os.path.join(d, rel))
+    except OSError:
+        out["digests"][rel] = None
+out["cores"] = os.cpu_count()      # what a load may start there (edgeforge.device.load)
+try:
+    with open("/proc/meminfo") as f:
+        mem = dict((ln.split(":")[0], int(ln.split()[1]) // 1024) for ln in f if ln.split()[1:2] and ln.split()[1].isdigit())
+    out["mem_total_mb"], out["mem_available_mb"] = mem.get("MemTotal"), mem.get("MemAvailable")
+except (OSError, ValueError, IndexError):
+    pass
+print("@@edgeforge-prepare " + json.dumps(out))
