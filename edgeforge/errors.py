@@ -152,6 +152,14 @@ class Unhealthy(DeviceError):
     counts_against_health = False
 
 
+class RootfsFailed(EdgeforgeError):
+    """The emulated device's root filesystem could not be built, unpacked or unmounted
+    (debootstrap, pip into the rootfs, tar, umount): the device cannot be made. The message
+    names the step and the log to read."""
+
+    exit_code = ExitCode.DEVICE
+
+
 class GateFailed(EdgeforgeError):
     """A quality gate (accuracy, latency, speed-up) did not hold. ``gates``: the failed ones."""
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..cache import default_cache_dir
-from ..errors import ConfigError, EdgeforgeError
+from ..errors import ConfigError, EdgeforgeError, RootfsFailed
 
 BUILDER_VERSION = 1
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
@@ -141,7 +141,7 @@ def unmount_all(path: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True)
     left = mounts_under(path)
     if left:
-        raise EdgeforgeError(f"still mounted under {path}: {', '.join(left)}", hint="umount -R by hand")
+        raise RootfsFailed(f"still mounted under {path}: {', '.join(left)}", hint="umount -R by hand")
 
 
 def remove_tree(path: Path) -> None:
@@ -164,7 +164,7 @@ def _run(cmd: list[str], logfile: Path, what: str) -> float:
         r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
     if r.returncode != 0:
         tail = logfile.read_text().strip().splitlines()[-1:] or ["no output"]
-        raise EdgeforgeError(f"{what} failed (exit {r.returncode}): {tail[0][:160]}", hint=f"see {logfile}")
+        raise RootfsFailed(f"{what} failed (exit {r.returncode}): {tail[0][:160]}", hint=f"see {logfile}")
     return time.monotonic() - t0
 
 
@@ -244,8 +244,8 @@ def unpack(tarball: Path, dest: Path) -> float:
                         "-xf", str(tarball)], capture_output=True, text=True)
     if r.returncode != 0:
         shutil.rmtree(dest, ignore_errors=True)
-        raise EdgeforgeError(f"cannot unpack {tarball}: {r.stderr.strip()[:160]}",
-                             hint="delete the tarball to rebuild it")
+        raise RootfsFailed(f"cannot unpack {tarball}: {r.stderr.strip()[:160]}",
+                           hint="delete the tarball to rebuild it")
     return time.monotonic() - t0
 
 
