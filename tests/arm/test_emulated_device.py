@@ -48,7 +48,7 @@ def test_setup_installs_onnxruntime_from_the_host(emu_ready, emu):
     names = {w["name"].split("-")[0] for w in res.wheels}
     assert {"numpy", "onnxruntime"} <= names
     assert res.python == "/root/edgeforge/env/bin/python" and res.inventory_updated
-    assert any("no ARM paddlelite wheel" in n and "README" in n for n in res.notes)
+    assert any("no ARM paddlelite wheel" in n and "docs/emulated-arm.md" in n for n in res.notes)
     assert emu.path("/root/edgeforge/env/site-packages/onnxruntime/capi").is_dir()
 
     code, out, err = edgeforge("devices", "check", emu.name, "--inventory", emu_ready.inventory, "--json", "-q")
@@ -61,7 +61,7 @@ def test_setup_installs_onnxruntime_from_the_host(emu_ready, emu):
     assert code == 4
     [line] = err.strip().splitlines()
     assert line.startswith("error: device emu-arm64: does not match target rpi4")
-    assert "paddlelite" in line and "benchmark_bin" in line and "README" in line
+    assert "paddlelite" in line and "benchmark_bin" in line and "docs/emulated-arm.md" in line
 
     again = __import__("edgeforge.device.setup", fromlist=["setup_device"]).setup_device(
         emu.name, inventory=emu_ready.inventory, cache=PERSISTENT_CACHE)
@@ -140,4 +140,4 @@ def test_lite_nb_on_the_emulated_device_fails_cleanly(arm_builds, emu_ready, tmp
                              "--inventory", emu_ready.inventory, "--results", tmp_path, "-q")
     assert code == 4
     [line] = [x for x in err.strip().splitlines() if x.startswith("error:")]
-    assert "runtime missing: paddlelite" in line and "benchmark_bin" in line and "README" in line
+    assert "runtime missing: paddlelite" in line and "benchmark_bin" in line and "docs/emulated-arm.md" in line
