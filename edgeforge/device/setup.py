@@ -23,13 +23,18 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cache import default_cache_dir
+from ..cache import default_cache_dir, sha256_file
 from ..errors import ConfigError, DeviceError
+from ..options import BenchOptions
+from ..runner import remote
 from ..targets import load_target
 from .inventory import Device, load_inventory
+from .lease import lease_ttl
+from .session import connect, leased
 from .transport import SSHTransport
 
 LITE_README = "docs/emulated-arm.md, 'Paddle Lite on an ARM board'"
@@ -54,72 +59,6 @@ print("@@edgeforge-facts " + json.dumps({
     "implementation": sys.implementation.name, "libc": libc, "libc_version": ver,
     "executable": os.path.realpath(sys.executable), "sysconfig_platform": sysconfig.get_platform(),
     "env_python": os.environ.get("EDGEFORGE_ENV")}))
-'''
-
-# Runs on the device: check each uploaded wheel's sha256, unpack them all into a fresh env
-# next to the old one, then swap it in. Standard library only.
-DEVICE_INSTALL = r'''
-import hashlib, json, os, shutil, sys, zipfile
-req = json.loads(sys.argv[1])
-base = os.path.abspath(os.path.expanduser(req["workdir"]))
-env, new = os.path.join(base, "env"), os.path.join(base, "env.new")
-done = {"python": os.path.join(env, "bin", "python"), "site": os.path.join(env, "site-packages")}
-try:
-    with open(os.path.join(env, "edgeforge-env.json")) as f:
-        old = json.load(f)
-except (OSError, ValueError):
-    old = {}
-if old.get("wheels") == req["wheels"] and old.get("python") == req["python"] and os.path.isfile(done["python"]):
-    print("@@edgeforge-install " + json.dumps(dict(done, reused=True)))
-    sys.exit(0)
-shutil.rmtree(new, ignore_errors=True)
-site = os.path.join(new, "site-packages")
-os.makedirs(site)
-os.makedirs(os.path.join(new, "bin"))
-for w in req["wheels"]:
-    path = os.path.join(base, "wheels", w["remote"])
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    if h.hexdigest() != w["sha256"]:
-        print("@@edgeforge-install " + json.dumps({"error": "digest mismatch: " + w["remote"]}))
-        sys.exit(3)
-    with zipfile.ZipFile(path) as z:
-        for info in z.infolist():
-            name = info.filename
-            parts = name.split("/")
-            if parts[0].endswith(".data"):            # purelib/platlib go to site-packages
-                if len(parts) < 3 or parts[1] not in ("purelib", "platlib"):
-                    continue
-                name = "/".join(parts[2:])
-            target = os.path.join(site, name)
-            if not os.path.realpath(target).startswith(os.path.realpath(site) + os.sep):
-                continue
-            if name.endswith("/"):
-                os.makedirs(target, exist_ok=True)
-                continue
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with z.open(info) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode:
-                os.chmod(target, mode)
-wrapper = os.path.join(new, "bin", "python")
-with open(wrapper, "w") as f:
-    f.write("#!/bin/sh\n# written by edgeforge devices setup\n"
-            'export PYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}"\nexport EDGEFORGE_ENV="%s"\nexec %s "$@"\n'
-            % (os.path.join(env, "site-packages"), os.path.join(env, "bin", "python"), req["python"]))
-os.chmod(wrapper, 0o755)
-with open(os.path.join(new, "edgeforge-env.json"), "w") as f:
-    json.dump({"python": req["python"], "wheels": req["wheels"], "platform": req["platform"]}, f, indent=1)
-old = env + ".old"
-shutil.rmtree(old, ignore_errors=True)
-if os.path.isdir(env):
-    os.rename(env, old)
-os.rename(new, env)
-shutil.rmtree(old, ignore_errors=True)
-print("@@edgeforge-install " + json.dumps(done))
 '''
 
 
@@ -237,14 +176,6 @@ def _rootfs_python(rootfs: Path) -> str:
     return found[-1]
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _marked(r, prefix: str, dev: Device, doing: str) -> dict:
     for line in reversed(r.stdout.splitlines()):
         if line.startswith(prefix):
@@ -262,8 +193,14 @@ def _marked(r, prefix: str, dev: Device, doing: str) -> dict:
 
 
 def setup_device(name: str, *, inventory=None, packages: list[str] | None = None, cache: Path | None = None,
-                 update_inventory: bool = True, timeout: float = 600.0, on_step=None) -> SetupResult:
-    """Install the target's runtime into ``<workdir>/env`` on device ``name`` (see the module doc)."""
+                 update_inventory: bool = True, opts: BenchOptions | None = None, on_step=None) -> SetupResult:
+    """Install the target's runtime into ``<workdir>/env`` on device ``name`` (see the module doc).
+    ``opts`` are bench's connection options: it connects as bench does (:func:`.session.connect`:
+    ``connect_timeout``, default 60 s, ``retries``, ``trust_new_host``) and works under the
+    device's lease (:func:`.session.leased`: a holder is waited for ``wait`` seconds, else
+    :class:`~edgeforge.errors.Busy`); ``timeout`` (default 600 s) bounds each command."""
+    o = opts or BenchOptions()
+    timeout = o.timeout if o.timeout is not None else 600.0
     say = on_step or (lambda step, msg: None)
     inv = load_inventory(inventory)
     dev = inv.get(name)
@@ -271,7 +208,10 @@ def setup_device(name: str, *, inventory=None, packages: list[str] | None = None
     reqs = packages or reqs
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
-    with SSHTransport(dev, connect_timeout=60) as tr:
+    tr = connect(dev, connect_timeout=o.connect_timeout if o.connect_timeout is not None else 60.0,
+                 trust_new_host=o.trust_new_host, retries=o.retries, on_step=say)
+    with closing(tr), leased(tr, ttl_s=lease_ttl(timeout), wait_s=o.wait, what="edgeforge devices setup",
+                             on_step=say) as lease:
         facts = _marked(tr.python(["-c", DEVICE_FACTS], timeout=timeout, doing="asking the device"),
                         "@@edgeforge-facts ", dev, "asking the device for its platform")
         base_python = facts["executable"]
@@ -288,15 +228,17 @@ def setup_device(name: str, *, inventory=None, packages: list[str] | None = None
         seconds["download"] = time.monotonic() - t0
         say("download", f"{len(files)} wheel(s), {sum(f.stat().st_size for f in files) / 1e6:.1f} MB, "
                         f"in {seconds['download']:.1f} s")
+        lease.renew()                    # the download may take a while; the device stays ours
         t0 = time.monotonic()
         wheels = _upload(tr, dev, files, timeout)
         seconds["upload"] = time.monotonic() - t0
+        lease.renew()
         sent = [w for w in wheels if w["uploaded"]]
         say("upload", f"{len(sent)} sent, {len(wheels) - len(sent)} already on the device")
         t0 = time.monotonic()
         spec = {"workdir": dev.workdir, "python": base_python, "platform": tags[0],
                 "wheels": [{k: w[k] for k in ("remote", "sha256", "name")} for w in wheels]}
-        out = _marked(tr.python(["-c", DEVICE_INSTALL, json.dumps(spec)], timeout=timeout,
+        out = _marked(tr.python(["-c", remote.script("install"), json.dumps(spec)], timeout=timeout,
                                 doing="installing the wheels"), "@@edgeforge-install ", dev, "installing the wheels")
         seconds["install"] = time.monotonic() - t0
     res = SetupResult(dev.name, tags, facts["python"], reqs, wheels, out["python"], notes,
