@@ -213,3 +213,22 @@ def needs_device(target, backend: str | None = None, machine: str | None = None)
         return None
     return (f"the host cannot decide ({why}); the decision needs a device: edgeforge bench, "
             "or edgeforge run --precision auto --device NAME")
+
+
+def host_arithmetic(target, backend: str | None = None, precision: str = "int8",
+                    machine: str | None = None) -> dict:
+    """``{"kind": HOST_KERNELS | EXACT_QDQ, "why": one sentence}`` for ``target`` (a
+    TargetProfile) on ``backend``: how the host (``machine``: ``platform.machine()``)
+    evaluates its ``precision`` ONNX artifact."""
+    from .quant.arithmetic import EXACT_QDQ, HOST_KERNELS
+
+    if precision != "int8":
+        return {"kind": HOST_KERNELS, "why": f"a {precision} artifact has no INT8 kernels"}
+    same, why = host_can_time(target, backend, machine)
+    if same:
+        return {"kind": HOST_KERNELS,
+                "why": f"{target.name} runs this host's CPUExecutionProvider: its INT8 kernels are the "
+                       "target's arithmetic (on x86 without VNNI, int16 saturation included)"}
+    return {"kind": EXACT_QDQ,
+            "why": f"{why}: the host computes the graph's exact QDQ arithmetic (graph optimizations off), "
+                   "not its own CPU's INT8 kernels"}

@@ -273,7 +273,7 @@ class OnnxQuantizePass(Pass):
         from ..runner import edgeforge_runner as runner
 
         from ..contracts import host_can_time, onnx_scheme
-        from ..quant.arithmetic import host_arithmetic
+        from ..contracts import host_arithmetic
 
         cfg: QuantConfig = self.config
         self.scheme, flag, flags = onnx_scheme(ctx.target, ctx.backend)
@@ -385,7 +385,7 @@ def _onnx_nodes(path: Path):
 
 
 def runner_outputs(model: Path, feeds: dict, arithmetic="host-cpu-kernels") -> list:
-    """``model``'s outputs on the host with ``arithmetic`` (``quant.arithmetic.host_arithmetic``)."""
+    """``model``'s outputs on the host with ``arithmetic`` (``contracts.host_arithmetic``)."""
     from ..quant.arithmetic import predictor
     from ..runner import edgeforge_runner as runner
 

@@ -14,9 +14,10 @@ import numpy as np
 from pydantic import Field
 
 from ..cache import sha256_file
+from ..contracts import host_arithmetic
 from ..errors import ConfigError, PassError
 from ..paddle_env import paddle_inference
-from ..quant.arithmetic import host_arithmetic, predictor
+from ..quant.arithmetic import predictor
 from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
 from .lite import lite_outputs

@@ -1,5 +1,6 @@
 """Which INT8 arithmetic the host evaluates an ONNX artifact with: one rule, used by the
 accuracy budget (quantize.onnx), the calibration search and verify, and stated in the manifest.
+The rule is ``contracts.host_arithmetic`` (it asks the target); this module computes it.
 
 onnxruntime's CPU provider fuses a QDQ graph into integer kernels (QLinearConv, QGemm, ...).
 On x86 without VNNI their u8 x s8 products go through VPMADDUBSW, whose int16 pair sums
@@ -25,28 +26,9 @@ HOST_KERNELS = "host-cpu-kernels"
 EXACT_QDQ = "exact-qdq"
 
 
-def host_arithmetic(target, backend: str | None = None, precision: str = "int8",
-                    machine: str | None = None) -> dict:
-    """``{"kind": HOST_KERNELS | EXACT_QDQ, "why": one sentence}`` for ``target`` (a
-    TargetProfile) on ``backend``: how the host (``machine``: ``platform.machine()``)
-    evaluates its ``precision`` ONNX artifact."""
-    from ..contracts import host_can_time
-
-    if precision != "int8":
-        return {"kind": HOST_KERNELS, "why": f"a {precision} artifact has no INT8 kernels"}
-    same, why = host_can_time(target, backend, machine)
-    if same:
-        return {"kind": HOST_KERNELS,
-                "why": f"{target.name} runs this host's CPUExecutionProvider: its INT8 kernels are the "
-                       "target's arithmetic (on x86 without VNNI, int16 saturation included)"}
-    return {"kind": EXACT_QDQ,
-            "why": f"{why}: the host computes the graph's exact QDQ arithmetic (graph optimizations off), "
-                   "not its own CPU's INT8 kernels"}
-
-
 def predictor(model_path: str | Path, arithmetic: dict | str, threads: int | None = None):
     """A ``run(feeds)`` callable (as ``runner.onnx_predictor``) on the host's CPU provider that
-    computes ``arithmetic`` (a :func:`host_arithmetic` record or its kind)."""
+    computes ``arithmetic`` (a ``contracts.host_arithmetic`` record or its kind)."""
     kind = arithmetic["kind"] if isinstance(arithmetic, dict) else arithmetic
     if kind not in (HOST_KERNELS, EXACT_QDQ):
         raise ValueError(f"unknown arithmetic {kind!r}")

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from edgeforge.contracts import host_cpu_flags
-from edgeforge.quant.arithmetic import EXACT_QDQ, HOST_KERNELS, host_arithmetic, predictor
+from edgeforge.contracts import host_arithmetic
+from edgeforge.quant.arithmetic import EXACT_QDQ, HOST_KERNELS, predictor
 from edgeforge.targets import load_target
 
 
