@@ -97,7 +97,7 @@ class QatPass(Pass):
             m_ptq = budget.measure(paddle_inference(inp.path, feeds), reference, labels)
             record.update(calibration=algo, arithmetic="paddle fake-quant program (simulated on the host)")
         else:
-            from ..quant.arithmetic import host_arithmetic
+            from ..contracts import host_arithmetic
 
             qat_model, algo = self._quantize(ctx, self._convert(ctx), inp.meta)
             left = [k for k in float_layers(qat_model) if k not in user_float]
