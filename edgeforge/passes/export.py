@@ -51,7 +51,7 @@ def import_factory(root: Path, factory: str):
     return fn
 
 
-def _build_layer(paddle, root: Path, factory: str, weights: str | None):
+def build_layer(paddle, root: Path, factory: str, weights: str | None):
     fn = import_factory(root, factory)
     try:
         layer = fn()
@@ -83,7 +83,7 @@ def _build_layer(paddle, root: Path, factory: str, weights: str | None):
     return layer
 
 
-def _jit_save(paddle, layer, path: str, specs: list) -> dict:
+def jit_save(paddle, layer, path: str, specs: list) -> dict:
     from .export_compat import legacy_apis
 
     with legacy_apis() as status:
@@ -127,7 +127,7 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
 
     paddle = import_paddle()
     paddle.disable_static()
-    layer = _build_layer(paddle, root, factory, weights)
+    layer = build_layer(paddle, root, factory, weights)
     specs = [paddle.static.InputSpec([None if d == -1 else d for d in s["shape"]], s["dtype"], s["name"])
              for s in inputs]
     # Probe the model with the declared inputs first: a mismatch is a configuration error.
@@ -142,7 +142,7 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
             hint="fix [[model.inputs]] in edgeforge.toml to the shape the model's forward expects",
         ) from None
     outs = out if isinstance(out, (list, tuple)) else [out]
-    status = _jit_save(paddle, layer, str(out_dir / "model"), specs)
+    status = jit_save(paddle, layer, str(out_dir / "model"), specs)
     for stray in out_dir.glob("model.pdiparams.info"):
         stray.unlink()
     if not (out_dir / "model.pdmodel").is_file():

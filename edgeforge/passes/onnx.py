@@ -8,7 +8,7 @@ from ..native import run_native
 from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
 
 
-def _p2o(model_dir: str, out_file: str, opset: int) -> int:
+def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> int:
     import paddle2onnx
 
     paddle2onnx.export(f"{model_dir}/model.pdmodel", f"{model_dir}/model.pdiparams", out_file,
@@ -36,7 +36,7 @@ class OnnxConvertPass(Pass):
 
         out = out_dir / "model.onnx"
         ctx.log(f"paddle2onnx opset {self.config.opset}")
-        run_native(self.name, "paddle2onnx", _p2o, (str(inp.path), str(out), self.config.opset),
+        run_native(self.name, "paddle2onnx", paddle2onnx_convert, (str(inp.path), str(out), self.config.opset),
                    out_dir / "paddle2onnx.log", suspects=lambda: suspects_for(inp.path, "onnx", []))
         (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
         if not out.is_file():

@@ -3,7 +3,7 @@
 Runs after ``quantize.onnx`` (or ``quantize.ptq`` on the Lite backend). Entered when ``--qat`` asks for it, or (``[quantization.qat]
 auto = true``) when the PTQ budget search kept layers in float beyond the user's. The user's
 model is fine-tuned with fake quantization against its float self by distillation on the
-calibration data (:mod:`edgeforge.quant.qat`, in a child process: the user's code runs
+calibration data (:mod:`edgeforge.passes.qat_tune`, in a child process: the user's code runs
 there), quantized by the PTQ pass's own quantizer and target scheme (onnxruntime's on the
 tuned ONNX, Paddle's PTQ on the tuned program for Lite), and judged on the evaluation set exactly as
 the PTQ budget judges (labels only to judge). Shipped when every layer is INT8 and the budget
@@ -135,7 +135,7 @@ class QatPass(Pass):
         return meta
 
     def _train(self, ctx: PassContext, weight_bits: int) -> dict:
-        from ..quant.qat import qat_job
+        from .qat_tune import qat_job
 
         cfg: QatConfig = self.config
         project = ctx.project
@@ -168,11 +168,11 @@ class QatPass(Pass):
         return result["ok"]
 
     def _convert(self, ctx: PassContext) -> Path:
-        from .onnx import _p2o, check_converted
+        from .onnx import paddle2onnx_convert, check_converted
 
         prog = ctx.workdir / "qat" / "program"
         out = ctx.workdir / "qat" / "float.onnx"
-        run_native(self.name, "paddle2onnx (QAT-tuned program)", _p2o, (str(prog), str(out), self.config.opset),
+        run_native(self.name, "paddle2onnx (QAT-tuned program)", paddle2onnx_convert, (str(prog), str(out), self.config.opset),
                    ctx.workdir / "qat" / "paddle2onnx.log")
         if not out.is_file():
             raise PassError(self.name, "paddle2onnx wrote no model.onnx for the QAT-tuned program")

@@ -161,14 +161,14 @@ def test_onnx_rewrite(name, tmp_path):
     with one line); legalized for the onnx backend, Paddle Inference gives the same bits, and
     paddle2onnx + onnxruntime give Paddle's answers."""
     from edgeforge.errors import PassError
-    from edgeforge.passes.onnx import _p2o, check_converted
+    from edgeforge.passes.onnx import paddle2onnx_convert, check_converted
 
     make, shape = ONNX_CASES[name]
     raw = export(make(), shape, tmp_path / "raw")
     x = np.random.default_rng(0).standard_normal([3 if d is None else d for d in shape]).astype("float32")
     before = infer(raw, x)
 
-    _p2o(str(raw), str(tmp_path / "raw.onnx"), 13)
+    paddle2onnx_convert(str(raw), str(tmp_path / "raw.onnx"), 13)
     rc, log, _ = _onnx_run(tmp_path / "raw.onnx", x, tmp_path)
     assert rc == -8, (rc, log[-2000:])                      # SIGFPE
     with pytest.raises(PassError) as info:
@@ -185,7 +185,7 @@ def test_onnx_rewrite(name, tmp_path):
     assert report == [{"rewrite": name, "ops": 1}]
     after = infer(fixed, x)
     np.testing.assert_array_equal(after[0], before[0])
-    _p2o(str(fixed), str(tmp_path / "fixed.onnx"), 13)
+    paddle2onnx_convert(str(fixed), str(tmp_path / "fixed.onnx"), 13)
     check_converted("convert.onnx", tmp_path / "fixed.onnx")
     rc, log, out = _onnx_run(tmp_path / "fixed.onnx", x, tmp_path)
     assert rc == 0, log[-2000:]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "edgeforge"
 # In flight on the day this test landed (the QAT work edits both files): remove when renamed.
-KNOWN = {("passes/qat.py", "_p2o"), ("quant/qat.py", "_build_layer"), ("quant/qat.py", "_jit_save")}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _private(name: str) -> bool:

@@ -46,16 +46,16 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     import numpy as np
 
     from ..paddle_env import import_paddle
-    from ..passes.export import _build_layer, _jit_save
-    from ..passes.quantize import quiet_stdout
+    from .export import build_layer, jit_save
+    from .quantize import quiet_stdout
 
     paddle = import_paddle()
     paddle.disable_static()
     paddle.seed(0)
     with quiet_stdout():
         from paddleslim import QAT
-    teacher = _build_layer(paddle, root, factory, weights)
-    student = _build_layer(paddle, root, factory, weights)
+    teacher = build_layer(paddle, root, factory, weights)
+    student = build_layer(paddle, root, factory, weights)
     arrays = dict(np.load(data))
     names = [s["name"] for s in inputs]
     n = len(arrays[names[0]])
@@ -63,7 +63,7 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     try:
         fused = fuse_conv_bn(paddle, student, teacher, probe)
     except RuntimeError:            # a BatchNorm2D that is not its neighbour's: train unfused
-        student, fused = _build_layer(paddle, root, factory, weights), 0
+        student, fused = build_layer(paddle, root, factory, weights), 0
     # the parameters the fake-quant wrappers train in place, by their names in the plain model
     tuned = dict(student.named_parameters())
     before = {k: v.numpy().copy() for k, v in tuned.items()}
@@ -103,7 +103,7 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     seconds = time.perf_counter() - t0
     # the tuned float weights in the plain (batch-norm folded) model: the same quantizer as
     # PTQ's then writes the target's INT8 scheme, so the contracts and conversions are PTQ's
-    plain = _build_layer(paddle, root, factory, weights)
+    plain = build_layer(paddle, root, factory, weights)
     if fused:
         fuse_conv_bn(paddle, plain, teacher, probe)
     plain.set_state_dict({k: v.numpy() for k, v in tuned.items()})
@@ -112,7 +112,7 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     specs = [paddle.static.InputSpec([None if d == -1 else d for d in s["shape"]], s["dtype"], s["name"])
              for s in inputs]
     with quiet_stdout():
-        _jit_save(paddle, plain, str(out_dir / "model"), specs)
+        jit_save(paddle, plain, str(out_dir / "model"), specs)
     for stray in out_dir.glob("model.pdiparams.info"):
         stray.unlink()
     return {"steps": len(losses), "fused_conv_bn": fused, "seconds": round(seconds, 2), "stopped_by": stopped_by,
