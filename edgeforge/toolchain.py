@@ -222,7 +222,7 @@ def install_lite(python: str | None = None, log: Callable[[str], None] = lambda 
                  pip_args: tuple[str, ...] = ("-q",)) -> dict:
     """Create (or re-create) the managed Lite environment; return its manifest."""
     where, chosen_by = toolchains_choice()
-    writable_dir(where, chosen_by, what="toolchains directory")
+    writable_dir(where, chosen_by, what="toolchains directory", create=False)   # makes nothing yet
     base = find_python310(python)
     root = lite_dir()
     if root.exists():

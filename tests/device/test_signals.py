@@ -122,8 +122,10 @@ def test_signal_before_connecting_is_a_clean_130(lab, builds, sig, tmp_path):
 def test_sigterm_during_a_build_is_a_clean_130(builds, tmp_path):
     """Outside any device verb: SIGTERM in the middle of `edgeforge build` (its passes run, cached
     or not) ends it with exit 130 and one line."""
+    # --no-cache: every pass runs (export alone takes seconds), so the signal lands inside the build
+    # and not after a fully cached one has already finished
     proc = run_cli_subprocess("build", builds.project, "--target", "linux-x86", "--precision", "fp32",
-                              "--out", tmp_path / "out")
+                              "--no-cache", "--out", tmp_path / "out")
     try:
         time.sleep(2.5)             # past start-up (~1 s), inside the build
         assert proc.poll() is None, proc.communicate()
