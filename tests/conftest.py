@@ -64,3 +64,53 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = (str(item.path), item.location[1] or 0,
                         "Skipped: no Paddle Lite toolchain here (it needs a Python 3.10: "
                         "`edgeforge toolchain install lite --python PATH`)")
+
+
+# The default suite (`make test`) keeps one representative of each matrix below and stays well
+# under 20 minutes on 2 cores; the rest of each matrix runs with `make test-slow` (-m slow).
+# Each entry: a test id, or its start (a whole parametrized family). Nothing here is skipped:
+# it moves to the slow suite, where it runs in full.
+SLOW_IN_FULL = (
+    # sshd killed at each step of the switch, back and gone: default keeps the two that end
+    # 'unknown' and 'switched, health unchecked'
+    *(f"tests/device/test_deploy_lost.py::test_sshd_killed_at_each_step_reports_what_the_device_has[{c}]"
+      for c in ("upload-sshd-back", "upload-sshd-gone", "switch-sshd-back", "switch-sshd-gone",
+                "switch-reply-sshd-back", "health-sshd-back", "health-sshd-gone",
+                "health-running-sshd-gone")),
+    *(f"tests/device/test_deploy_signals.py::test_signal_stops_the_deploy_and_the_record_says_what_the_device_has[{c}]"
+      for c in ("SIGINT-upload", "SIGTERM-switch", "SIGHUP-health-running")),
+    *(f"tests/device/test_bench_interrupt.py::test_signal_stops_the_runner_keeps_the_samples_and_exits_130[{s}]"
+      for s in ("SIGINT", "SIGHUP")),
+    *(f"tests/device/test_signals.py::test_signal_stops_a_load_run_keeps_its_levels_and_exits_130[{s}]"
+      for s in ("SIGINT", "SIGHUP")),
+    "tests/device/test_deploy_faults.py::test_reader_never_sees_a_missing_or_partial_file",
+    "tests/device/test_deploy_faults.py::test_canary_gate_failure_leaves_the_rest_untouched",
+    "tests/device/test_deploy_faults.py::test_sshd_killed_mid_deploy_leaves_current_untouched[upload]",
+    "tests/device/test_deploy_faults.py::test_sshd_killed_mid_deploy_leaves_current_untouched[smoke]",
+    "tests/integration/test_qat.py::test_qat_for_jetson_orin_passes_the_tensorrt_rules",
+    "tests/integration/test_qat.py::test_qat_for_rpi4_goes_down_the_lite_conversion",
+    "tests/integration/test_qat.py::test_a_qat_that_misses_the_budget_falls_back_to_ptq_and_says_so",
+    "tests/integration/test_qat.py::test_auto_qat_enters_only_when_ptq_keeps_layers_in_float",
+    "tests/integration/test_remote_cache.py::test_a_damaged_remote_entry_is_a_miss_rebuilt_locally[truncated]",
+    "tests/integration/test_remote_cache.py::test_a_damaged_remote_entry_is_a_miss_rebuilt_locally[wrong index]",
+    "tests/integration/test_remote_cache.py::test_an_index_cannot_change_more_than_measurements",
+    "tests/integration/test_remote_cache.py::test_a_slow_server_is_one_warning_and_the_build_goes_on",
+    "tests/integration/test_remote_cache.py::test_two_builds_uploading_the_same_keys_at_once",
+    "tests/integration/test_remote_cache.py::test_netrc_credentials_publish_and_read_an_entry",
+    "tests/integration/test_toolchain.py::test_install_creates_a_working_toolchain",
+    "tests/integration/test_init.py::test_init_factory_reads_inputspecs_or_asks",
+    # the sshd-killed matrix is covered by test_deploy_lost in the default suite
+    "tests/device/test_deploy_faults.py::test_sshd_killed_mid_deploy_leaves_current_untouched[switch]",
+    "tests/device/test_deploy.py::test_pruning_keeps_newest_and_never_current_or_the_one_before",
+    "tests/unit/test_kl.py::test_many_small_histograms_match_reference",
+    "tests/unit/test_kl.py::test_edge_cases_match_reference",
+    "tests/integration/test_precision_auto.py::test_auto_keeps_fp32_where_int8_is_slow",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    slow = set(SLOW_IN_FULL)
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
