@@ -84,7 +84,14 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         resolve_args(args)
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()              # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # the reader went away (`edgeforge targets | head`): not an error of ours, and nothing
+        # more can be printed; stdout is pointed at /dev/null so the interpreter's flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - mapped, one line
         if debug and not isinstance(exc, KeyboardInterrupt):
             traceback.print_exc()
