@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import shutil
 
-from ..errors import ConfigError, ExitCode, GateFailed
+from ..errors import ConfigError, ExitCode, GateFailed, PassError
 from ._common import add_build_flags, build_options, build_progress, console
 from ._render import print_build_summary, print_decision
 from ._project import add_project_arg
@@ -141,7 +141,9 @@ def cmd_check(args) -> int:
     for f in report["findings"]:
         t.add_row(f["op"], str(f["count"]), f["reason"], f["remedy"])
     con.print(t)
-    return ExitCode.PASS
+    ops = sum(int(f["count"]) for f in report["findings"])
+    raise PassError(f"{report['target']} ({report['backend']}) cannot take {ops} op(s) of {report['name']} "
+                    "(the table above says why)", hint="fix them, or pick another --backend")
 
 
 def cmd_cache(args) -> int:

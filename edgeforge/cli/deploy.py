@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ConfigError, ExitCode
+from ..errors import ConfigError, DeviceError, ExitCode
 from ._common import (
     GATE_FLAGS,
     EXIT_CODES_HELP,
@@ -199,8 +199,7 @@ def cmd_releases(args) -> int:
     if st.record_note and not args.json:
         console().print(f"note: {st.record_note}", markup=False, soft_wrap=True)
     if st.broken:
-        say_error(f"device {dev.name}: {st.broken}")
-        return ExitCode.DEVICE
+        raise DeviceError(dev.name, st.broken)
     return ExitCode.OK
 
 

@@ -70,5 +70,8 @@ def cmd_doctor(args) -> int:
 
     items, needed = diagnose(args.target)
     lines, ready = render(items, needed, args.target)
+    if not ready:       # the summary line is the error: exit 2 from the one error map
+        print("\n".join(lines[:-1]))
+        raise ConfigError(lines[-1], hint="the fixes are listed above")
     print("\n".join(lines))
-    return ExitCode.OK if ready else ExitCode.USAGE
+    return ExitCode.OK

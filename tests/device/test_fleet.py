@@ -36,6 +36,11 @@ def test_fleet_benches_every_build_on_every_matching_device(cli, make_fleet, bui
             assert r["lease"]["acquired_at"] and r["lease"]["released_at"]
     assert len(fleet_ids) == 1
     assert "4 of 4 device(s) ok" in out
+    # the devices are benched side by side: one device's time on the board (its lease) overlaps
+    # another's; run one after another, no two spans would
+    spans = sorted((r["lease"]["acquired_at"], r["lease"]["released_at"], name)
+                   for name, results in by_dev.items() for r in results[:1])
+    assert any(a[2] != b[2] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1:]), spans
     # one INT8 verdict per model/target/device, against that device's fp32 run, before the table
     flat = out.replace("\n", " ")
     assert all(f"digits/linux-x86 on {name}: verdict: INT8" in flat for name in fleet.names), out

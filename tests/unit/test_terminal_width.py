@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from edgeforge.cli._width import clause_wrap, path_cells, short_id
+from result_factory import make_result
 
 NAME = "20261201T161530Z-dev-a-digits-linux-x86-onnx-int8-ab12cd34.json"
 
@@ -19,23 +19,28 @@ def _table_lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln[:1] in "┏┃┡│└"]
 
 
-def _result(p50=1.234):
-    return {"summary": {"p50_ms": p50, "p90_ms": p50 * 1.1, "p99_ms": p50 * 1.3, "mad_ms": 0.01},
-            "drift": {"accuracy_drop": 0.1}, "artifact": {"precision": "int8"}}
-
-
 def _fleet(results: Path):
-    dev = SimpleNamespace(target="linux-x86")
-    ok = [SimpleNamespace(result=_result(), label="digits/int8", status="ok", path=results / NAME.replace("dev-a", f"dev-{c}"),
-                          error=None) for c in "ab"]
-    runs = [SimpleNamespace(name=f"dev-{c}", device=dev, jobs=[job], status="ok", note=None, error=None,
-                            failed=False, hint=None) for c, job in zip("ab", ok)]
-    runs.append(SimpleNamespace(name="dev-c", device=dev, status="failed", note=None, failed=True,
-                                error="device dev-c: cannot reach 127.0.0.1:40123: connection refused (after 2 tries)",
-                                hint="check that the device is up; now marked unhealthy after 3 consecutive failed benches",
-                                jobs=[SimpleNamespace(result=None, label="digits/int8", status="failed", path=None,
-                                                      error="cannot reach 127.0.0.1:40123")]))
-    return SimpleNamespace(id="f-1a2b", runs=runs, ok=runs[:2], failed=runs[2:], notes=[])
+    """A real FleetOutcome: two devices that benched, one that could not be reached."""
+    from edgeforge.device.fleet import DeviceRun, FleetOutcome, Job
+    from edgeforge.device.inventory import Device
+
+    manifest = {"name": "digits", "target": "linux-x86", "backend": "onnx", "precision": "int8"}
+    runs = []
+    for c in "abc":
+        dev = Device(name=f"dev-{c}", host="127.0.0.1", port=40120 + ord(c) - 97, target="linux-x86",
+                     workdir=f"/tmp/edgeforge-{c}")
+        job = Job(Path("build/digits-linux-x86"), manifest)
+        if c == "c":
+            job.status, job.error = "failed", "cannot reach 127.0.0.1:40123"
+            runs.append(DeviceRun(dev, [job], status="failed",
+                                  error="cannot reach 127.0.0.1:40123: connection refused (after 2 tries)",
+                                  hint="check that the device is up; now marked unhealthy after 3 "
+                                       "consecutive failed benches"))
+        else:
+            job.status, job.path = "ok", results / NAME.replace("dev-a", f"dev-{c}")
+            job.result = make_result(device=f"dev-{c}", precision="int8", backend="onnx", target="linux-x86")
+            runs.append(DeviceRun(dev, [job], status="ok"))
+    return FleetOutcome(id="f-1a2b", runs=runs)
 
 
 @pytest.mark.parametrize("columns", [80, 200])
@@ -54,7 +59,7 @@ def test_fleet_table_fits(columns, tmp_path, monkeypatch, capsys):
         assert NAME in rows[0] and f"results in {results}/ (the files)" in out
     else:
         assert short_id(results / NAME) in rows[0] and f"results in {results}/ (ids:" in out
-    assert "failed: dev-c (failed): device dev-c: cannot reach" in out
+    assert "failed: dev-c (failed): cannot reach 127.0.0.1:40123" in out
     assert "connection refused (after 2 tries)" in out
     assert all(len(ln) <= columns for ln in out.splitlines() if not ln.startswith("results in"))
 
@@ -65,16 +70,25 @@ def test_sweep_table_fits(columns, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("COLUMNS", str(columns))
     results = tmp_path / "results"
-    points = [SimpleNamespace(precision=prec, threads=t, power_mode=None, result=_result(), error=None, status="ok",
-                              path=results / NAME.replace("int8", prec).replace("161530", f"16153{t}"))
-              for prec in ("fp32", "int8") for t in (1, 4)]
-    outcome = SimpleNamespace(id="s-1", device="dev-a", target="linux-x86", backend="onnx", points=points,
-                              notes=[], reference=lambda p: None, speedup=lambda p: 1.5 if p.precision == "int8" else None)
+    from edgeforge.device.sweep import SweepOutcome, SweepPoint
+
+    p50 = {("fp32", 1): 12.0, ("fp32", 4): 5.0, ("int8", 1): 4.8, ("int8", 4): 2.5}
+    points = []
+    for prec in ("fp32", "int8"):
+        for t in (1, 4):
+            pt = SweepPoint(prec, t, None, status="ok",
+                            path=results / NAME.replace("int8", prec).replace("161530", f"16153{t}"))
+            pt.result = make_result(precision=prec, threads=t, samples=[p50[prec, t]] * 50)
+            points.append(pt)
+    outcome = SweepOutcome(id="s-1", device="dev-a", target="linux-x86", backend="onnx", points=points)
     print_sweep(outcome)
     out = capsys.readouterr().out
     table = _table_lines(out)
     assert table and all(len(ln) <= columns for ln in table), out
-    assert len([ln for ln in table if ln.startswith("│ int8")]) == 2, out
+    int8 = [ln for ln in table if ln.startswith("│ int8")]
+    assert len(int8) == 2, out
+    # the speed-up column is p50(fp32) / p50(int8) at the same threads: 12/4.8 and 5/2.5
+    assert "2.50x" in int8[0] and "2.00x" in int8[1], out
     assert (points[0].path.name in out) == (columns == 200)
     assert (short_id(points[0].path) in out) == (columns == 80)
 
