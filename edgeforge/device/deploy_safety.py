@@ -220,7 +220,8 @@ def last_record_note(results_dir, name: str, device: str, current: str | None) -
     """When the newest deploy/rollback record of ``name`` in ``results_dir`` could not read
     ``device`` back (status unknown, or ``read_back`` false) and the device's ``current``
     differs from it: a note saying so."""
-    from ..results.deploy import SCHEMA, record_filename_suffix
+    from ..errors import ResultError
+    from ..results.deploy import DeployRecord, record_filename_suffix
 
     d = Path(results_dir)
     try:
@@ -230,22 +231,22 @@ def last_record_note(results_dir, name: str, device: str, current: str | None) -
     newest = None
     for f in files:
         try:
-            doc = json.loads(f.read_text())
-        except (OSError, ValueError):
+            rec = DeployRecord.check(json.loads(f.read_text()), str(f))
+        except (OSError, ValueError, ResultError):
+            continue        # not a record this edgeforge reads: it says nothing about the device
+        if rec.name != name:
             continue
-        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("name") != name:
-            continue
-        e = next((e for e in doc.get("devices") or [] if isinstance(e, dict) and e.get("device") == device), None)
-        if e is not None and e.get("status") not in ("not deployed", "busy", "skipped"):
-            if newest is None or str(doc.get("created_at")) >= str(newest[0].get("created_at")):
-                newest = (doc, e, f)
+        e = next((e for e in rec.devices if e.device == device), None)
+        if e is not None and e.status not in ("not deployed", "busy", "skipped"):
+            if newest is None or rec.created_at >= newest[0].created_at:
+                newest = (rec, e, f)
     if newest is None:
         return None
-    doc, e, f = newest
-    if e.get("read_back") is not False and e.get("status") != "unknown":
+    rec, e, f = newest
+    if e.read_back is not False and e.status != "unknown":
         return None
-    said = "unknown" if e.get("status") == "unknown" else (e.get("current") or "none")
+    said = "unknown" if e.status == "unknown" else (e.current or "none")
     if said != "unknown" and said == (current or "none"):
         return None
-    return (f"the last {doc.get('action')} record ({f}) has current {said} for {device}, not read back; "
+    return (f"the last {rec.action} record ({f}) has current {said} for {device}, not read back; "
             f"the device has {current or 'none'}")

@@ -4,16 +4,17 @@ One :class:`DeployRecord` per invocation (``edgeforge deploy/rollback`` write it
 directory, ``--json`` prints it): the
 action, the release name, the build, the canary count and gates, and one :class:`DeviceEntry`
 per selected device, its failure as a value (status, error, hint, exit code), as a fleet bench
-records them. A record of another schema version is refused when read.
+records them. It is a :class:`~edgeforge.results.schema.Versioned` document, written and read by
+the same model: a record of another schema version is refused when read (:meth:`DeployRecord.check`).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ResultError
+from .schema import Versioned
 
 SCHEMA = "edgeforge.deploy/1"
 # statuses: pending | deployed | rolled back | reverted (a canary switched back) | unchanged |
@@ -49,10 +50,11 @@ class DeviceEntry(BaseModel):
     gates: list[dict] = []
 
 
-class DeployRecord(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="allow")
+class DeployRecord(Versioned):
+    SCHEMA: ClassVar[str] = SCHEMA
+    KIND: ClassVar[str] = "deploy record"
 
-    schema_: str = Field(SCHEMA, alias="schema")
+    schema_id: str = Field(SCHEMA, alias="schema")
     id: str
     action: str                             # deploy | rollback
     name: str
@@ -76,6 +78,7 @@ class DeployRecord(BaseModel):
         return 0
 
     def to_json(self) -> dict:
+        """Every field, defaults included: scripts read a record's keys without guessing."""
         return self.model_dump(by_alias=True, mode="json")
 
 
@@ -91,17 +94,6 @@ def new_record(action: str, rid: str, name: str, *, build_dir=None, manifest: di
                  "target": m["target"], "backend": m["backend"], "precision": m["precision"]}
     return DeployRecord(id=rid, action=action, name=name, created_at=now_iso(), edgeforge_version=__version__,
                         build=build, keep=keep, canary=canary, gates=dict(gates or {}))
-
-
-def parse_record(data: Any, source: str = "deploy record") -> DeployRecord:
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ResultError(f"{source}: schema {got!r} is not {SCHEMA}")
-    try:
-        return DeployRecord.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ResultError(f"{source}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 def record_filename(record: DeployRecord) -> str:
