@@ -345,14 +345,9 @@ def results_history(args, new_paths=()) -> list[dict]:
     without ``new_paths``: the fp32 counterparts of new INT8 runs."""
     import os
 
-    from ..report.load import load_results
+    from ..report.load import earlier_results
 
-    d = Path(args.results or os.environ.get("EDGEFORGE_RESULTS", "results"))
-    skip = {Path(p).resolve() for p in new_paths if p}
-    try:
-        return [r for p, r in load_results([d], on_skip=lambda *_: None) if p.resolve() not in skip]
-    except ConfigError:
-        return []
+    return earlier_results(args.results or os.environ.get("EDGEFORGE_RESULTS", "results"), new_paths)
 
 
 def print_gates(gates) -> None:

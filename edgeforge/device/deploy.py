@@ -179,7 +179,15 @@ def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record
             return f"{dev.name}: bench failed: {detail(exc)}"
         e.bench_result = str(out.path)
         results.append(out.result)
-    verdicts = evaluate_gates(results, **gates) if gates else []
+    # --min-int8-speedup: the canaries ran INT8 only; their fp32 counterparts are the earlier
+    # fp32 runs on the same devices in the results directory (a canary without one fails the
+    # gate, saying so)
+    reference = []
+    if gates.get("min_int8_speedup") is not None:
+        from ..report.load import earlier_results
+
+        reference = earlier_results(results_dir_of(opts), [e.bench_result for _, e in canaries])
+    verdicts = evaluate_gates(results, **gates, reference=reference) if gates else []
     for _, e in canaries:
         e.gates = [g.to_dict() for g in verdicts if g.device == e.device]
     bad = [g for g in verdicts if not g.passed]

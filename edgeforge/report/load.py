@@ -88,3 +88,15 @@ def _count(n: int, noun: str) -> str:
 def _incomplete(obj: dict) -> str:
     error = obj.get("error")
     return f"an incomplete run (status {obj.get('status')!r}" + (f": {error})" if error else ")")
+
+
+def earlier_results(results_dir: str | Path, skip: Iterable[str | Path] = ()) -> list[dict]:
+    """The complete runs already in ``results_dir``, without the files in ``skip`` (the runs
+    just made): the fp32 counterparts of new INT8 runs for ``min_int8_speedup``. An unreadable
+    or missing directory has none."""
+    left_out = {Path(p).resolve() for p in skip if p}
+    try:
+        return [r for p, r in load_results([Path(results_dir)], on_skip=lambda *_: None)
+                if p.resolve() not in left_out]
+    except ConfigError:
+        return []

@@ -366,3 +366,4 @@ def test_the_next_deploy_sweeps_incomplete_releases_but_never_current_or_sealed(
     [e] = json.loads(out)["devices"]
     assert any("swept 1 incomplete" in n for n in e["notes"]), e
     assert releases_on_disk(lab.workdir) == [v1, v2, e["release"]]
+

@@ -110,6 +110,35 @@ def test_canary_gate_failure_leaves_the_rest_untouched(cli, sshd, versions, tmp_
     assert all(current_digest(wds[n]) == digest(versions["v2"]) for n in names)
 
 
+
+def test_a_canary_speedup_gate_compares_with_the_devices_fp32_runs(cli, sshd, versions, fp32_build, tmp_path):
+    """deploy --canary 1 --min-int8-speedup X: the canary runs INT8 only, so its fp32
+    counterpart is an earlier fp32 run on the same device in the results directory. With none
+    the gate fails saying so (exit 1, nothing switched in); after an fp32 bench it is judged."""
+    names = ["dev-a", "dev-b"]
+    inv = tmp_path / "devices.toml"
+    sshd.write_inventory(inv, [sshd.device(name=n, workdir=str(tmp_path / n), tags=["lab"]) for n in names])
+    results = tmp_path / "results"
+    gate = ("--devices", "lab", "--inventory", inv, "-q", "--json", "--results", results, "--canary", "1",
+            "--min-int8-speedup", "0.01", "--runs", "5", "--warmups", "1")
+    code, out, err = cli("deploy", versions["v2"], *gate)
+    assert code == 1, err
+    rec = {e["device"]: e for e in json.loads(out)["devices"]}
+    [g] = rec["dev-a"]["gates"]
+    assert rec["dev-a"]["status"] == "gate failed" and g["name"] == "min_int8_speedup", rec
+    assert g["measured"] is None and "fp32" in g["message"], g
+    assert rec["dev-b"]["status"] == "not deployed" and current_id(tmp_path / "dev-b") is None
+    code, _, err = cli("bench", fp32_build, "--device", "dev-a", "--inventory", inv, "--results", results,
+                       "--runs", "5", "--warmups", "1", "-q")
+    assert code == 0, err
+    code, out, err = cli("deploy", versions["v2"], *gate)
+    assert code == 0, err + out
+    rec = {e["device"]: e for e in json.loads(out)["devices"]}
+    [g] = rec["dev-a"]["gates"]
+    assert g["passed"] and g["measured"] > 0.01 and "fp32 p50" in g["message"], g
+    assert {n: e["status"] for n, e in rec.items()} == {"dev-a": "deployed", "dev-b": "deployed"}
+
+
 READER = r'''
 import hashlib, os, sys, time
 path, stop, good = sys.argv[1], sys.argv[2], set(sys.argv[3].split(","))
