@@ -1,33 +1,24 @@
-"""Releases of one model on one device: the on-device layout, and the script that changes it.
-
-.. code-block:: text
-
-    <workdir>/deploy/<NAME>/
-        current -> releases/<id>        the live release (a relative symlink)
-        releases/<id>/                  artifact, manifest.json, reference/, edgeforge_runner.py,
-                                        release.json (written once its sha256 checked out)
-        history.jsonl                   one JSON line per switch: time, user, host, from, to, reason
-        .lock                           flock'ed by every change below
+"""Releases of one model on one device: the on-device layout (docs/deploy.md draws it:
+``<workdir>/deploy/<NAME>/{current -> releases/<id>, releases/, history.jsonl, .lock}``) and the
+script that changes it.
 
 A release id is ``<UTC time>-<artifact sha256[:12]>`` (``20261201T151300Z-a4a9de2b3b0e``), so
 ids sort in deploy order. Every change runs ``runner/remote/releases.py`` (standard library only) on
 the device under ``flock`` on ``.lock``:
 
-- ``state``: the releases (sealed or incomplete), where ``current`` points (and whether that
-  release exists), the release before it, the history. "The release before current" is the one
-  the switch to current came from (history), if it is still there and sealed; else the newest
-  sealed release older than current. ``rollback`` goes there by default;
-- ``link``: files of a new release that another release (or a bench directory) on the device
-  already holds, by sha256, are linked or copied instead of uploaded;
+- ``state``: the releases (sealed or incomplete), where ``current`` points, the release before
+  it (the one the switch to current came from, if still there and sealed; else the newest sealed
+  release older than current; ``rollback`` goes there by default), the history;
+- ``link``: files another release (or a bench directory) already holds, by sha256, are linked or
+  copied instead of uploaded;
 - ``seal``: check every file's sha256 and write ``release.json``: only a sealed release may
   become current;
-- ``switch``: check the release's files against ``release.json`` again, make a new symlink
-  beside ``current`` and rename it over ``current`` (``os.replace``, i.e. rename(2)), fsync the
-  directory, append the history line. ``expect`` makes it a compare-and-swap;
-- ``prune``: remove all but the newest N sealed releases, never ``current`` nor the release
-  before it, and remove incomplete ones (nobody else writes while the lease is held);
-- ``sweep``: remove incomplete releases that are not current (a failed deploy's, under the lease);
-- ``remove``: drop one release that is not current (a failed deploy's own).
+- ``switch``: check the files against ``release.json`` again, rename a new symlink over
+  ``current`` (rename(2)), fsync the directory, append the history line; ``expect`` makes it a
+  compare-and-swap;
+- ``prune``: keep the newest N sealed releases, never ``current`` nor the one before it;
+- ``sweep``: remove incomplete releases that are not current; ``remove``: drop one release that
+  is not current (a failed deploy's own).
 """
 from __future__ import annotations
 
