@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import tomli
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError
 from .fsutil import read_config_text
+
+# the input dtypes edgeforge builds (edgeforge.toml, the manifest, the runner's feeds)
+DTypes = Literal["float32", "float16", "int64", "int32", "uint8"]
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -14,14 +14,97 @@ import platform
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from . import __version__
 from .cache import sha256_file
+from .config import DTypes
 from .errors import ConfigError
 from .fsutil import read_config_text
 
 BUILD_SCHEMA = "edgeforge.build/1"
+
+# Paddle and ONNX tensor names as edgeforge's builds produce them: ``x``, ``image``,
+# ``save_infer_model/scale_0.tmp_0``. No quotes, spaces, shell or path metacharacters.
+TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,127}$")
+TENSOR_NAME_WORDS = ("a tensor name: a letter or '_', then at most 127 letters, digits or "
+                     "'_.:/-'")
+RESERVED_NAMES = {"labels"}          # a key of the reference inputs' .npz beside the inputs
+MAX_INPUTS, MAX_RANK, MAX_DIM = 64, 8, 1 << 20
+MAX_THREADS = 1024
+
+
+def _tensor_name(v: str) -> str:
+    if not TENSOR_NAME.match(v):
+        raise ValueError(f"must be {TENSOR_NAME_WORDS}")
+    if v in RESERVED_NAMES:
+        raise ValueError(f"'{v}' is reserved (the reference data's labels)")
+    return v
+
+
+def _dim(v: Optional[int]) -> Optional[int]:
+    if v is not None and v != -1 and not 1 <= v <= MAX_DIM:
+        raise ValueError(f"a dimension must be 1..{MAX_DIM}, or -1/null for a free one")
+    return v
+
+
+def _word(v: str) -> str:
+    if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$", v):
+        raise ValueError("must be a plain word (letters, digits, '_.:-', at most 64)")
+    return v
+
+
+Word = Annotated[str, AfterValidator(_word)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class InputDoc(_Strict):
+    name: Annotated[str, AfterValidator(_tensor_name)]
+    shape: list[Annotated[Optional[int], AfterValidator(_dim)]] = Field(min_length=1,
+                                                                        max_length=MAX_RANK)
+    dtype: DTypes
+
+
+class ArtifactDoc(_Strict):
+    path: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")      # names the remote directory
+    size_bytes: Optional[int] = Field(None, ge=0)
+
+
+class ReferenceDoc(_Strict):
+    inputs: str
+    outputs: str
+    samples: Optional[int] = Field(None, ge=0)
+
+
+class RuntimeDoc(_Strict):
+    threads: Optional[int] = Field(None, ge=1, le=MAX_THREADS)
+    power_mode: Optional[Word] = None
+    execution_providers: Optional[list[Word]] = Field(None, max_length=16)
+    valid_targets: Optional[list[Word]] = Field(None, max_length=16)
+    provider_options: Optional[dict] = None
+
+
+class Manifest(BaseModel):
+    """``manifest.json`` (edgeforge.build/1): the fields every reader relies on, strictly; the
+    rest (steps, verify, quantization, ...) kept as written. The writer validates through it."""
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+    schema_: str = Field(alias="schema", pattern=r"^edgeforge\.build/1$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    target: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    backend: Literal["lite", "onnx"]
+    precision: Literal["int8", "fp16", "fp32"]
+    artifact: ArtifactDoc
+    inputs: list[InputDoc] = Field(min_length=1, max_length=MAX_INPUTS)
+    reference: Optional[ReferenceDoc] = None
+    runtime: RuntimeDoc = RuntimeDoc()
+    target_profile: dict[str, Union[str, int, float, bool, None, dict]] = {}
 
 
 def _internal(default=None, **kw):
@@ -66,7 +149,7 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
         runtime["provider_options"] = bcfg.provider_options(precision)   # the runner applies them
     else:
         runtime["valid_targets"] = list(bcfg.valid_targets)
-    return {
+    doc = {
         "schema": BUILD_SCHEMA,
         "name": project.name,
         "target": target.name,
@@ -87,6 +170,10 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    # the model every reader checks (edgeforge.device.buildcheck): a build never writes a
+    # manifest its own device verbs would refuse
+    Manifest.model_validate(json.loads(json.dumps(doc)))
+    return doc
 
 
 def read_manifest(build_dir: str | Path) -> dict:

@@ -7,11 +7,10 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
-from .config import Strict, parse_model, read_toml
+from .config import DTypes, Strict, parse_model, read_toml
 from .errors import ConfigError
 
 PROJECT_FILE = "edgeforge.toml"
-DTypes = Literal["float32", "float16", "int64", "int32", "uint8"]
 
 
 class InputSpec(Strict):

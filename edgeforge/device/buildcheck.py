@@ -3,8 +3,8 @@ run/sweep through Bench, the deploy verbs): nothing from a build directory reach
 unchecked.
 
 A build directory is input like any other (CI downloads one from another job; anyone can edit
-its ``manifest.json``). :class:`ManifestDoc` is the schema of the part the device side reads
-(``edgeforge.manifest`` writes it): input names against a strict pattern, dtypes against the
+its ``manifest.json``). :class:`edgeforge.manifest.Manifest` is the one model of the document:
+``build_manifest`` writes through it and this check reads through it: input names against a strict pattern, dtypes against the
 set edgeforge builds, shapes as short lists of positive dimensions or -1/None, runtime numbers
 in range. :func:`validate_build` adds the file names (relative, plain components, inside the
 build directory through symlinks) and the reference data's headers (an ``.npy`` per input, of
@@ -16,94 +16,16 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from ..config import describe
 from ..errors import BuildInvalid
-from ..project import DTypes
+from ..manifest import MAX_INPUTS, Manifest
 
-# Paddle and ONNX tensor names as edgeforge's builds produce them: ``x``, ``image``,
-# ``save_infer_model/scale_0.tmp_0``. No quotes, spaces, shell or path metacharacters.
-TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:/-]{0,127}$")
-TENSOR_NAME_WORDS = ("a tensor name: a letter or '_', then at most 127 letters, digits or "
-                     "'_.:/-'")
-RESERVED_NAMES = {"labels"}          # a key of the reference inputs' .npz beside the inputs
 FILE_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
-MAX_INPUTS, MAX_RANK, MAX_DIM, MAX_PATH = 64, 8, 1 << 20, 255
-MAX_THREADS = 1024
+MAX_PATH = 255
 PATH_FIELDS = ("artifact.path", "reference.inputs", "reference.outputs")
-
-
-def _tensor_name(v: str) -> str:
-    if not TENSOR_NAME.match(v):
-        raise ValueError(f"must be {TENSOR_NAME_WORDS}")
-    if v in RESERVED_NAMES:
-        raise ValueError(f"'{v}' is reserved (the reference data's labels)")
-    return v
-
-
-def _dim(v: Optional[int]) -> Optional[int]:
-    if v is not None and v != -1 and not 1 <= v <= MAX_DIM:
-        raise ValueError(f"a dimension must be 1..{MAX_DIM}, or -1/null for a free one")
-    return v
-
-
-def _word(v: str) -> str:
-    if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$", v):
-        raise ValueError("must be a plain word (letters, digits, '_.:-', at most 64)")
-    return v
-
-
-Word = Annotated[str, AfterValidator(_word)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class InputDoc(_Strict):
-    name: Annotated[str, AfterValidator(_tensor_name)]
-    shape: list[Annotated[Optional[int], AfterValidator(_dim)]] = Field(min_length=1,
-                                                                        max_length=MAX_RANK)
-    dtype: DTypes
-
-
-class ArtifactDoc(_Strict):
-    path: str
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")      # names the remote directory
-    size_bytes: Optional[int] = Field(None, ge=0)
-
-
-class ReferenceDoc(_Strict):
-    inputs: str
-    outputs: str
-    samples: Optional[int] = Field(None, ge=0)
-
-
-class RuntimeDoc(_Strict):
-    threads: Optional[int] = Field(None, ge=1, le=MAX_THREADS)
-    power_mode: Optional[Word] = None
-    execution_providers: Optional[list[Word]] = Field(None, max_length=16)
-    valid_targets: Optional[list[Word]] = Field(None, max_length=16)
-    provider_options: Optional[dict] = None
-
-
-class ManifestDoc(BaseModel):
-    """The part of ``manifest.json`` (edgeforge.build/1) the device verbs read."""
-    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
-    schema_: str = Field(alias="schema", pattern=r"^edgeforge\.build/1$")
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    target: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    backend: Literal["lite", "onnx"]
-    precision: Literal["int8", "fp16", "fp32"]
-    artifact: ArtifactDoc
-    inputs: list[InputDoc] = Field(min_length=1, max_length=MAX_INPUTS)
-    reference: Optional[ReferenceDoc] = None
-    runtime: RuntimeDoc = RuntimeDoc()
-    target_profile: dict[str, Union[str, int, float, bool, None, dict]] = {}
-
 
 def _field(manifest: dict, dotted: str):
     value = manifest
@@ -117,13 +39,13 @@ def _refuse(where: Path, what: str, hint: str = "not a manifest edgeforge wrote:
 
 
 def validate_build(build_dir: Path, manifest: dict) -> None:
-    """``manifest.json`` against :class:`ManifestDoc`; every path in it relative, in plain
+    """``manifest.json`` against :class:`~edgeforge.manifest.Manifest`; every path in it relative, in plain
     components (no ``..``: it also names the file's place under the remote release directory,
     which it must not leave) and, symlinks resolved, inside ``build_dir``; the reference data
     against the inputs. Else BuildInvalid (exit 2) naming the field."""
     where = Path(build_dir) / "manifest.json"
     try:
-        ManifestDoc.model_validate(manifest)
+        Manifest.model_validate(manifest)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"

@@ -9,7 +9,8 @@ import import_graph
 ROWS = {
     "errors": 0, "oserror": 0, "paddle_env": 0, "runner": 0, "lite_child": 0, "edgeforge": 0,
     "fsutil": 0.3, "cache": 0.6,
-    "config": 1, "native": 1, "weights": 1, "toolchain": 1, "manifest": 1, "results": 1, "quant": 1,
+    "config": 1, "native": 1, "weights": 1, "toolchain": 1, "results": 1, "quant": 1,
+    "manifest": 1.2,                    # the build manifest's one model (config's DTypes, describe)
     "init_data": 1,
     "inference": 1.5,                   # an exported program, read in a child (native)
     "project": 2, "targets": 2, "report": 2, "remote_cache": 2,

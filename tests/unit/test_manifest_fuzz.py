@@ -112,3 +112,17 @@ def test_bench_of_a_random_manifest_never_blames_the_device(build_dir, tmp_path_
     else:                               # a valid manifest: it got as far as the closed port
         assert "connection refused" in text, text
     assert not (root / "results").exists() or not list((root / "results").iterdir())
+
+
+def test_the_writer_and_the_reader_share_one_model():
+    """issue 24: build_manifest validates what it writes through the model buildcheck reads
+    with, so there is one schema of the manifest, not two."""
+    import inspect
+
+    from edgeforge import manifest
+    from edgeforge.device import buildcheck
+
+    assert buildcheck.Manifest is manifest.Manifest
+    assert "Manifest.model_validate" in inspect.getsource(manifest.build_manifest)
+    assert not [n for n, v in vars(buildcheck).items()
+                if isinstance(v, type) and issubclass(v, manifest.BaseModel) and v.__module__ == buildcheck.__name__]
