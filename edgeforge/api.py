@@ -61,7 +61,7 @@ def plan_passes(project: Project, build: ResolvedBuild):
     from .passes.verify import VerifyPass
 
     backend, precision, target = build.backend, build.precision, build.target
-    bcfg = target.backend_config(backend)
+    bcfg = build.backend_config
     q = target.quantization
     eval_digest = _digest_or_empty(project.path(project.spec.data.evaluation))
     if project.spec.data.label_output:      # which output the labels are for: part of what they mean

@@ -142,7 +142,7 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
     meta = BuildMeta.model_validate(final.meta)
     target, backend, precision = build.target, build.backend, build.precision
     art = final.path / meta.file
-    bcfg = target.backend_config(backend)
+    bcfg = build.backend_config
     runtime = {"threads": target.runtime.threads, "power_mode": target.runtime.power_mode}
     if backend == "onnx":
         runtime["execution_providers"] = list(bcfg.execution_providers)

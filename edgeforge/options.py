@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -72,11 +72,11 @@ class BuildOptions(_Options):
         """Every choice made once, against ``target``. Raises ConfigError for a backend the
         target lacks or a precision its runtime cannot run."""
         backend = self.backend or target.backend.default
-        target.backend_config(backend)
+        bcfg = target.backend_config(backend)          # looked up once: ResolvedBuild carries it
         q = target.quantization
         return ResolvedBuild(
-            target=target, backend=backend,
-            precision=resolve_precision(target, backend, self.precision),
+            target=target, backend=backend, backend_config=bcfg,
+            precision=resolve_precision(target, backend, self.precision, bcfg),
             algo=self.algo or q.algo, algo_fixed=self.algo is not None,
             keep_float=tuple(self.keep_float if self.keep_float is not None else q.keep_float),
             max_accuracy_drop=(q.max_accuracy_drop if self.max_accuracy_drop is None
@@ -94,6 +94,7 @@ class ResolvedBuild:
 
     target: TargetProfile
     backend: str
+    backend_config: Any              # the target's [backend.<backend>] table, resolved once
     precision: str
     algo: str
     algo_fixed: bool                 # --calibration given: the fallback keeps that algorithm
@@ -112,14 +113,14 @@ class ResolvedBuild:
 
     @property
     def valid_targets(self) -> list[str]:
-        return list(getattr(self.target.backend_config(self.backend), "valid_targets", []))
+        return list(getattr(self.backend_config, "valid_targets", []))
 
 
-def resolve_precision(target: TargetProfile, backend: str, precision: str | None) -> str:
+def resolve_precision(target: TargetProfile, backend: str, precision: str | None, bcfg=None) -> str:
     """The precision asked for, else the target's for ``backend``; refuses what the runtime
-    cannot run correctly."""
+    cannot run correctly. ``bcfg``: the backend's config when the caller has it already."""
     chosen = precision or target.precision_for(backend)
-    bcfg = target.backend_config(backend)
+    bcfg = bcfg if bcfg is not None else target.backend_config(backend)
     if backend == "lite":
         if chosen == "int8" and "x86" in bcfg.valid_targets:
             raise ConfigError(
