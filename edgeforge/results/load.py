@@ -19,8 +19,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from .schema import (ArtifactRef, DeviceRef, Runtime, Versioned, Open, slug, now_iso, read_json,
-                     write_document)
+from .schema import DeviceRunDoc, Open, now_iso, read_json, slug, write_document
 
 LOAD_SCHEMA = "edgeforge.load/1"
 
@@ -62,16 +61,12 @@ class LoadSettings(Open):
     warmup_s: float = Field(ge=0, allow_inf_nan=False)
 
 
-class LoadResult(Versioned):
+class LoadResult(DeviceRunDoc):
     """One load run, as written and as read."""
 
     SCHEMA: ClassVar[str] = LOAD_SCHEMA
     KIND: ClassVar[str] = "load result"
 
-    status: Literal["ok", "incomplete"]
-    artifact: ArtifactRef
-    device: DeviceRef
-    runtime: Runtime
     settings: LoadSettings
     levels: list[Level]
     analysis: dict

@@ -158,17 +158,23 @@ class Versioned(Open):
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
-class BenchResult(Versioned):
+class DeviceRunDoc(Versioned):
+    """What every run on a device records, bench and load alike: whether it completed, the
+    artifact it ran, the device and the runtime."""
+
+    status: Literal["ok", "incomplete"]
+    artifact: ArtifactRef
+    device: DeviceRef
+    runtime: Runtime
+
+
+class BenchResult(DeviceRunDoc):
     """One bench run, as written and as read."""
 
     SCHEMA: ClassVar[str] = SCHEMA
     KIND: ClassVar[str] = "result"
     NOUN: ClassVar[str | None] = "bench result"
 
-    status: Literal["ok", "incomplete"]
-    artifact: ArtifactRef
-    device: DeviceRef
-    runtime: Runtime
     settings: Settings
     samples_ms: list[Annotated[float, Field(strict=True)]]   # numbers, not true/false or "1"
     summary: Summary
