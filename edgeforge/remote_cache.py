@@ -61,6 +61,15 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def say_warning(msg: str, width: int = 80) -> None:
+    """``warning: msg`` on stderr, folded at spaces to ``width`` columns (a URL or path longer
+    than a line stays whole), continuation lines indented."""
+    import textwrap
+
+    print(textwrap.fill(f"warning: {msg}", width=width, subsequent_indent="  ", break_long_words=False,
+                        break_on_hyphens=False), file=sys.stderr, flush=True)
+
+
 @dataclass(frozen=True)
 class RemoteSettings:
     url: str
@@ -127,7 +136,7 @@ class Remote:
     def __init__(self, settings: RemoteSettings, warn: Callable[[str], None] | None = None):
         self.settings = settings
         self.where = redact(settings.url).split("://", 1)[-1]
-        self.warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+        self.warn = warn or say_warning
         self.readable = True
         self.writable = settings.mode == "readwrite"
         self._token = os.environ.get(TOKEN_VAR) or None

@@ -164,7 +164,17 @@ def sources(out: Path) -> dict[str, str]:
 
 
 def warnings(r) -> list[str]:
-    return [ln for ln in (r.stdout + r.stderr).splitlines() if "warning:" in ln]
+    """Each warning whole: its ``warning:`` line and the indented lines it was folded into.
+    Every line of it fits 80 columns unless it is one word (a long URL)."""
+    out: list[list[str]] = []
+    for ln in r.stderr.splitlines():
+        if ln.startswith("warning:"):
+            out.append([ln])
+        elif out and ln.startswith("  ") and len(out[-1]) < 20:
+            out[-1].append(ln)
+    for w in out:
+        assert all(len(ln) <= 80 or " " not in ln.strip() for ln in w), w
+    return [" ".join(ln.strip() for ln in w) for w in out]
 
 
 def assert_clean(r, warned: int) -> None:
