@@ -31,9 +31,8 @@ class HeldTransport(SSHTransport):
 
     def close(self) -> None:
         super().close()
-        hold, self.hold = self.hold, None
-        if hold is not None:
-            hold.give_back()
+        if self.hold is not None:   # once; a second close (another thread) waits until it is done
+            self.hold.give_back()
 
 
 def hold_place(device: Device, opts: BenchOptions | None, say: Step):
