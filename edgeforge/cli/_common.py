@@ -136,7 +136,7 @@ cosine = number(float, "a cosine", at_most=1)
 milliseconds = number(float, "milliseconds", allow_zero=True, at_most=3_600_000)
 speedup = number(float, "a speed-up factor", allow_zero=True, at_most=1000)
 share = number(float, "a share", allow_zero=True, at_most=1)
-priority = number(int, "a priority", allow_zero=True, at_least=-MAX_PRIORITY, at_most=MAX_PRIORITY)
+priority = number(int, "a priority", allow_zero=True, at_most=MAX_PRIORITY)
 
 
 # ---------------------------------------------------------------- shared flag groups
@@ -213,7 +213,7 @@ def add_session_flags(p) -> None:
                         f"reset, timed out), backing off 0.5s, 1s, 2s, ... (default {RETRIES})")
     lab = p.add_argument_group("labgrid places (devices from a [labgrid] inventory)")
     lab.add_argument("--priority", type=priority, default=0, metavar="N",
-                     help=f"the reservation's priority in labgrid's queue, -{MAX_PRIORITY} to "
+                     help=f"the reservation's priority in labgrid's queue, 0 to "
                           f"{MAX_PRIORITY} (default 0; higher goes first)")
     lab.add_argument("--wait-timeout", type=seconds, default=LAB_WAIT_S, metavar="S",
                      help=f"wait up to S seconds in labgrid's queue for the place, then exit 4 "
