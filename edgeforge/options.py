@@ -32,6 +32,8 @@ MAX_SECONDS = 86400.0       # timeouts and waits: a day
 MAX_COUNT = 1_000_000       # timed runs, warm-ups, other counts
 MAX_THREADS = 256           # runtime threads of one session (the runner's MAX_THREADS)
 MAX_RETRIES = 100
+MAX_PRIORITY = 100          # labgrid reservation priorities: 0 ... 100
+LAB_WAIT_S = 600.0          # how long a lab device waits in labgrid's queue by default
 _SECONDS = {"gt": 0, "le": MAX_SECONDS, "allow_inf_nan": False}
 
 
@@ -167,13 +169,15 @@ class BenchOptions(_Options):
     results_dir: Optional[PathLike] = None
     health: bool = True                 # refuse unhealthy devices, count this bench
     profile: bool = False               # per-op profile on the device (bench --profile)
+    priority: int = Field(0, ge=0, le=MAX_PRIORITY)   # a lab device's reservation
+    wait_timeout: float = Field(LAB_WAIT_S, **_SECONDS)  # for a lab device's place in the queue
 
     @field_validator("warmups", mode="before")
     @classmethod
     def _warmups(cls, v):
         return None if v is None else parse_warmups(v)
 
-    @field_validator("timeout", "connect_timeout", "wait", mode="before")
+    @field_validator("timeout", "connect_timeout", "wait", "wait_timeout", mode="before")
     @classmethod
     def _seconds(cls, v):
         return float(v) if isinstance(v, int) and not isinstance(v, bool) else v

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode, GateFailed
-from ..options import GATE_NAMES, MAX_COUNT, MAX_RETRIES, MAX_SECONDS, MAX_THREADS, GateOptions
+from ..options import (GATE_NAMES, LAB_WAIT_S, MAX_COUNT, MAX_PRIORITY, MAX_RETRIES, MAX_SECONDS, MAX_THREADS,
+                       GateOptions)
 
 EXIT_CODES_HELP = """exit codes: 0 ok; 1 a quality gate failed (or a build failed verify);
 2 usage or configuration (nothing was benched); 3 a build pass failed;
@@ -135,6 +136,7 @@ cosine = number(float, "a cosine", at_most=1)
 milliseconds = number(float, "milliseconds", allow_zero=True, at_most=3_600_000)
 speedup = number(float, "a speed-up factor", allow_zero=True, at_most=1000)
 share = number(float, "a share", allow_zero=True, at_most=1)
+priority = number(int, "a priority", allow_zero=True, at_most=MAX_PRIORITY)
 
 
 # ---------------------------------------------------------------- shared flag groups
@@ -209,6 +211,13 @@ def add_session_flags(p) -> None:
     p.add_argument("--retries", type=retries, default=RETRIES, metavar="N",
                    help=f"connect again up to N times after a transient failure (refused, "
                         f"reset, timed out), backing off 0.5s, 1s, 2s, ... (default {RETRIES})")
+    lab = p.add_argument_group("labgrid places (devices from a [labgrid] inventory)")
+    lab.add_argument("--priority", type=priority, default=0, metavar="N",
+                     help=f"the reservation's priority in labgrid's queue, 0 to "
+                          f"{MAX_PRIORITY} (default 0; higher goes first)")
+    lab.add_argument("--wait-timeout", type=seconds, default=LAB_WAIT_S, metavar="S",
+                     help=f"wait up to S seconds in labgrid's queue for the place, then exit 4 "
+                          f"naming its holder (default {LAB_WAIT_S:g})")
     add_device_flags(p)
     p.add_argument("--results", metavar="DIR",
                    help="where result JSON goes (default: $EDGEFORGE_RESULTS or ./results)")
@@ -252,7 +261,8 @@ def bench_options(args, **extra):
     return BenchOptions.of(runs=args.runs, warmups=args.warmups, timeout=args.timeout,
                            connect_timeout=args.connect_timeout, wait=args.wait,
                            retries=args.retries, trust_new_host=args.trust_new_host,
-                           inventory=args.inventory, results_dir=args.results, **extra)
+                           inventory=args.inventory, results_dir=args.results,
+                           priority=args.priority, wait_timeout=args.wait_timeout, **extra)
 
 
 # ---------------------------------------------------------------- gates

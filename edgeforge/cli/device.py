@@ -2,6 +2,7 @@
 
     edgeforge bench BUILD_DIR --device NAME [bench flags] [gate flags]
     edgeforge bench BUILD_DIR... --devices TAG|NAME|all[,...] [--jobs N] [...]
+    edgeforge bench BUILD_DIR... --where KEY=VALUE [--where ...] [--priority N] [...]
     edgeforge run PROJECT --target T --device D [build flags] [bench flags]
     edgeforge sweep PROJECT --target T --device D [--precisions fp32,int8]
                     [--threads 1,2,4] [--power-modes M,...] [bench flags]
@@ -35,6 +36,9 @@ def register(sub) -> None:
     b.add_argument("build_dir", nargs="+", metavar="BUILD_DIR")
     b.add_argument("--device", metavar="NAME", help="one device by name (one build: a single bench, as before)")
     b.add_argument("--devices", metavar="SEL", help="devices by tag or name (comma-separated), or 'all'")
+    b.add_argument("--where", action="append", metavar="KEY=VALUE",
+                   help="the labgrid places with this tag (repeat: all of them), each reserved "
+                        "for its own benches: the fleet form of bench for a [labgrid] inventory")
     b.add_argument("--jobs", type=positive_int, metavar="N", help="devices benched at once (default: all selected)")
     b.add_argument("--threads", type=threads, metavar="N", help="runtime threads (default: the build's target)")
     b.add_argument("--power-mode", metavar="MODE", help="runtime power mode (default: the build's target)")
@@ -75,10 +79,10 @@ def register(sub) -> None:
 
 def cmd_bench(args) -> int:
     check_gate_flags(args)
-    if args.device and args.devices:
-        raise ConfigError("give --device NAME or --devices TAG|NAME|all, not both")
-    if not (args.device or args.devices):
-        raise ConfigError("bench needs --device NAME or --devices TAG|NAME|all")
+    if sum(bool(x) for x in (args.device, args.devices, args.where)) > 1:
+        raise ConfigError("give one of --device NAME, --devices TAG|NAME|all and --where KEY=VALUE")
+    if not (args.device or args.devices or args.where):
+        raise ConfigError("bench needs --device NAME, --devices TAG|NAME|all or --where KEY=VALUE")
     if args.device and len(args.build_dir) == 1:
         return _bench_one(args)
     return _bench_fleet(args)
@@ -105,11 +109,13 @@ def _report_one(args, outcome) -> int:
 
 def _bench_fleet(args) -> int:
     from ..device.fleet import fleet_bench
+    from ..lab.config import parse_where
 
+    where = parse_where(args.where)
     with fleet_progress(args.quiet) as on_step:
         opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile)
         outcome = fleet_bench(args.build_dir, args.devices or args.device, opts, jobs=args.jobs,
-                              on_step=on_step)
+                              on_step=on_step, where=where)
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2))
     else:

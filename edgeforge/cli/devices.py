@@ -1,4 +1,4 @@
-"""The ``devices`` verb: list the inventory, or check one device.
+"""The ``devices`` verb: list the inventory (and a [labgrid] lab's places), or check one device.
 
     edgeforge devices [list] [--inventory FILE]
     edgeforge devices check NAME [--inventory FILE] [--trust-new-host]
@@ -40,10 +40,14 @@ def cmd_devices(args) -> int:
             from ..device.health import HealthStore
 
             state = HealthStore(inv.path).read()
-            print(json.dumps({n: {**inv.devices[n].model_dump(mode="json"), "health": state.get(n)}
-                              for n in inv.names()}, indent=2))
+            doc = {n: {**inv.devices[n].model_dump(mode="json"), "health": state.get(n)} for n in inv.names()}
+            if inv.lab is not None:
+                doc = {"devices": doc, "labgrid": _lab_json(inv, state)}
+            print(json.dumps(doc, indent=2))
         else:
             print_devices(inv)
+            if inv.lab is not None:
+                print_lab(inv)
         return ExitCode.OK
     if not args.name:
         raise ConfigError("`edgeforge devices check` needs a device name")
@@ -102,6 +106,52 @@ def print_devices(inv) -> None:
     con.print(t)
     if len(cols) < 7:
         con.print("python and workdir: `edgeforge devices --json` (or a wider terminal)", markup=False)
+
+
+def _lab_json(inv, state: dict) -> dict:
+    from ..lab.status import lab_status
+
+    lab = inv.lab
+    doc = {"coordinator": lab.coordinator, "where": lab.where, "notes": lab.notes,
+           "error": lab.error.one_line() if lab.error else None, "places": []}
+    if lab.error is None:
+        doc["places"] = [{**p.to_dict(), "health": state.get(p.name)} for p in lab_status(lab, set(inv.devices))]
+    return doc
+
+
+def _health(entry: dict | None) -> str:
+    e = entry or {}
+    n = int(e.get("consecutive_failures") or 0)
+    return "unhealthy" if e.get("unhealthy") else f"{n} failure(s)" if n else "ok"
+
+
+def print_lab(inv) -> None:
+    """The lab's places: tags, who acquired each, reservations waiting, edgeforge's health.
+    A coordinator that does not answer is the verb's error (exit 4), after the static devices."""
+    from rich.table import Table
+
+    from ..device.health import HealthStore
+    from ..lab.status import lab_status
+
+    lab, con = inv.lab, console()
+    places = lab_status(lab, set(inv.devices))
+    state = HealthStore(inv.path).read()
+    where = " ".join(f"{k}={v}" for k, v in lab.where.items())
+    t = Table(title=escape(f"labgrid places at {lab.coordinator}" + (f" ({where})" if where else "")),
+              title_justify="left")
+    for col in ("place", "tags", "acquired by", "waiting", "health"):
+        t.add_column(col, overflow="fold", no_wrap=col in ("waiting", "health"))
+    for p in places:
+        held = p.acquired or (f"reserved {p.reservation}" if p.reservation else "-")
+        health = _health(state.get(p.name)) if p.device else "not a device"
+        t.add_row(escape(p.name), escape(", ".join(f"{k}={v}" for k, v in sorted(p.tags.items()))),
+                  escape(held), str(len(p.waiting)), escape(health))
+    con.print(t)
+    for p in places:
+        for w in p.waiting:
+            con.print(f"waiting for {p.name}: {w}", markup=False)
+    for note in lab.notes:
+        con.print(f"note: {note}", style="yellow", markup=False)
 
 
 def print_check(report: dict) -> None:

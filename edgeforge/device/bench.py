@@ -303,7 +303,8 @@ class Bench:
                                                             "accuracy_drop", "max_abs_error", "cosine")}},
             "device": {"name": self.device.name, "host": self.device.host, "port": self.device.port,
                        "user": self.device.user, "target": self.device.target, "tags": list(self.device.tags),
-                       "remote_dir": self.remote_dir, "fingerprint": fp},
+                       "remote_dir": self.remote_dir, "fingerprint": fp,
+                       **({"lab": self.device.lab.model_dump()} if self.device.lab else {})},
             "runtime": runtime,
             "settings": {"warmups": lat.get("warmups", 0), "warmups_requested": s.warmups,
                          "warmup_stable": lat.get("warmup_stable"), "runs": s.runs, "threads": s.threads,
@@ -353,7 +354,7 @@ class Bench:
         """Open the SSH connection (:func:`.session.connect`: retries with exponential backoff)."""
         return connect(self.device, connect_timeout=self.settings.connect_timeout_s,
                        trust_new_host=self.trust_new_host, retries=self.retries, backoff_s=self.backoff_s,
-                       on_step=self.on_step, on_attempt=lambda n: setattr(self, "attempts", n))
+                       on_step=self.on_step, on_attempt=lambda n: setattr(self, "attempts", n), opts=self.opts)
 
     def run(self) -> BenchOutcome:
         check_results_dir(self.results_dir)

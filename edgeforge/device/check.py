@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+from contextlib import closing
 
 from ..errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
 from ..runner import RUNNER_FILE
 from ..targets import load_target
 from .settings import RUNTIME_FOR_BACKEND, arch_matches
 from .inventory import load_inventory
+from .session import connect
 from .transport import SSHTransport
 
 
@@ -40,7 +42,8 @@ def check_device(name: str, *, inventory=None, connect_timeout: float | None = N
     connect_timeout = connect_timeout or profile.bench.connect_timeout_s
     timeout = timeout or min(profile.bench.command_timeout_s, 120)
     bb = dev.benchmark_bin or ("benchmark_bin" if profile.bench.runner == "benchmark_bin" else None)
-    with SSHTransport(dev, connect_timeout=connect_timeout, trust_new_host=trust_new_host) as tr:
+    # the session's connect: a lab device's place is held for the check (one try, as before)
+    with closing(connect(dev, connect_timeout=connect_timeout, trust_new_host=trust_new_host, retries=0)) as tr:
         probe = probe_device(tr, timeout, bb)
         recorded = list(tr.recorded_host_keys)
         where = tr.where

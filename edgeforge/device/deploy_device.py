@@ -99,6 +99,7 @@ class Link:
 
     def __init__(self, dev: Device, settings, opts: BenchOptions, on_step):
         self.device, self.settings, self.retries, self.backoff_s = dev, settings, opts.retries, BACKOFF_S
+        self.opts = opts                # a lab device's place: how to queue for it (Bench.connect)
         self.trust_new_host, self.wait_s, self.on_step, self.attempts = opts.trust_new_host, opts.wait, on_step, 0
 
     def __call__(self, what: str, fn):

@@ -25,7 +25,7 @@ from ..options import BenchOptions
 from .bench import Bench, build_files, guarded, resolve_settings
 from .settings import check_results_dir, results_dir_of
 from .health import UNHEALTHY_AFTER, HealthStore, skip_note
-from .inventory import Device, load_inventory, select_devices
+from .inventory import Device, load_inventory, select_devices, select_where
 
 FleetStep = Callable[[str, str, str], None]     # (device, step, message)
 
@@ -96,8 +96,9 @@ def new_id(kind: str) -> str:
     return f"{kind}-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
-def plan(build_dirs, selector: str, inventory=None) -> tuple[object, list[DeviceRun]]:
-    """Read the builds and the inventory; pair each selected device with its builds.
+def plan(build_dirs, selector: str | None, inventory=None, where: dict | None = None) -> tuple[object, list[DeviceRun]]:
+    """Read the builds and the inventory; pair each selected device with its builds (``where``:
+    the labgrid places with those tags, in place of ``selector``).
 
     Raises ConfigError (exit 2, before anything runs) for an unreadable or modified build, an
     unknown device or tag, and a build no selected device can run."""
@@ -120,7 +121,9 @@ def plan(build_dirs, selector: str, inventory=None) -> tuple[object, list[Device
                               hint="the build was modified; rebuild it")
         builds.append((p, m))
     inv = load_inventory(inventory)
-    devices = select_devices(inv, selector)
+    devices = select_where(inv, where) if where else select_devices(inv, selector)
+    if where:
+        selector = "--where " + " ".join(f"{k}={v}" for k, v in where.items())
     for p, m in builds:
         if not any(d.target == m["target"] for d in devices):
             have = ", ".join(sorted({d.target for d in devices}))
@@ -138,13 +141,14 @@ def plan(build_dirs, selector: str, inventory=None) -> tuple[object, list[Device
 
 def fleet_bench(build_dirs, devices: str, opts: BenchOptions | None = None, *,
                 jobs: int | None = None, on_step: FleetStep | None = None,
-                unhealthy_after: int = UNHEALTHY_AFTER) -> FleetOutcome:
+                unhealthy_after: int = UNHEALTHY_AFTER, where: dict | None = None) -> FleetOutcome:
     """Bench every build on every selected device whose target it is (see the module doc).
-    ``jobs``: devices benched at once (default: all)."""
+    ``jobs``: devices benched at once (default: all). ``where``: labgrid tags selecting the lab's
+    places in place of ``devices``; each place is reserved and acquired only for its own benches."""
     opts = opts or BenchOptions()
     health = opts.health
     on_step = on_step or (lambda dev, step, msg: None)
-    inv, device_runs = plan(build_dirs, devices, opts.inventory)
+    inv, device_runs = plan(build_dirs, devices, opts.inventory, where)
     check_results_dir(results_dir_of(opts))      # before any device measures anything
     fid = new_id("fleet")
     store = HealthStore(inv.path, unhealthy_after)

@@ -17,7 +17,8 @@ Lookup order: ``--inventory FILE``, then ``$EDGEFORGE_DEVICES``, then ``./device
     benchmark_bin = "/home/pi/benchmark_bin"   # optional: Paddle Lite's C++ benchmark
 
 Unknown keys are errors. Relative ``identity``/``known_hosts`` paths are taken from the
-inventory file's directory.
+inventory file's directory. A ``[labgrid]`` table adds the places of a labgrid lab as devices
+beside these (:mod:`edgeforge.lab.config`); such a device carries its place (``lab``).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from pydantic import Field, field_validator
 
 from ..config import Strict, did_you_mean, parse_model, read_toml
 from ..errors import ConfigError
+from ..lab.config import LabRef, LabView
 
 ENV_VAR = "EDGEFORGE_DEVICES"
 DEFAULT_FILE = "devices.toml"
@@ -48,6 +50,7 @@ class Device(Strict):
     workdir: str = Field(min_length=1)
     tags: list[str] = []
     benchmark_bin: Optional[str] = None
+    lab: Optional[LabRef] = None        # a labgrid place (from [labgrid], never a [devices] key)
 
     @field_validator("workdir")
     @classmethod
@@ -65,18 +68,22 @@ class Device(Strict):
 
 class _InventoryFile(Strict):
     devices: dict[str, dict] = {}
+    labgrid: Optional[dict] = None
 
 
 @dataclass
 class Inventory:
     path: Path
     devices: dict[str, Device]
+    lab: LabView | None = None      # the [labgrid] lab as read (its places, notes, or error)
 
     def names(self) -> list[str]:
         return sorted(self.devices)
 
     def get(self, name: str) -> Device:
         dev = self.devices.get(name)
+        if dev is None and self.lab is not None and self.lab.error is not None:
+            raise self.lab.error        # it may well be a place of the lab we could not read
         if dev is None:
             have = ", ".join(self.names()) or "none"
             raise ConfigError(f"unknown device '{name}'{did_you_mean(name, self.devices)} in {self.path}",
@@ -116,17 +123,34 @@ def load_inventory(explicit: str | os.PathLike | None = None) -> Inventory:
     data = read_toml(path, "device inventory")
     top = parse_model(_InventoryFile, data, str(path))
     devices: dict[str, Device] = {}
+    base = path.resolve().parent
     for name, entry in top.devices.items():
         if not isinstance(entry, dict):
             raise ConfigError(f"{path}: devices.{name} must be a table")
         entry = dict(entry)
-        if "name" in entry:
-            raise ConfigError(f"{path}: unknown key 'devices.{name}.name' (the table name is the device name)")
-        dev = parse_model(Device, {"name": name, **entry}, f"{path} [devices.{name}]")
-        base = path.resolve().parent
-        devices[name] = dev.model_copy(update={"identity": _local_path(dev.identity, base),
-                                               "known_hosts": _local_path(dev.known_hosts, base)})
-    return Inventory(path, devices)
+        for key in ("name", "lab"):
+            if key in entry:
+                why = "the table name is the device name" if key == "name" else "lab devices come from [labgrid]"
+                raise ConfigError(f"{path}: unknown key 'devices.{name}.{key}' ({why})")
+        devices[name] = _with_local_paths(parse_model(Device, {"name": name, **entry}, f"{path} [devices.{name}]"),
+                                          base)
+    lab = None
+    if top.labgrid is not None:
+        from ..lab.config import read_lab
+
+        lab = read_lab(top.labgrid, str(path))
+        for ref, fields in lab.devices:
+            if ref.place in devices:
+                raise ConfigError(f"{path}: labgrid place {ref.place} has the name of [devices.{ref.place}]",
+                                  hint="rename the static device, or leave the place out with [labgrid] where")
+            dev = parse_model(Device, {"name": ref.place, **fields, "lab": ref}, f"{path} labgrid place {ref.place}")
+            devices[ref.place] = _with_local_paths(dev, base)
+    return Inventory(path, devices, lab)
+
+
+def _with_local_paths(dev: Device, base: Path) -> Device:
+    return dev.model_copy(update={"identity": _local_path(dev.identity, base),
+                                  "known_hosts": _local_path(dev.known_hosts, base)})
 
 
 def render_device_toml(dev: Device) -> str:
@@ -134,7 +158,7 @@ def render_device_toml(dev: Device) -> str:
     import json
 
     lines = [f"[devices.{dev.name}]"]
-    for key, value in dev.model_dump(exclude={"name"}).items():
+    for key, value in dev.model_dump(exclude={"name", "lab"}).items():
         if value is None or value == []:
             continue
         lines.append(f"{key} = {json.dumps(value)}")
@@ -162,3 +186,20 @@ def select_devices(inv: Inventory, selector: str) -> list[Device]:
                                    "or 'all'")
         chosen |= hit
     return [inv.devices[n] for n in inv.names() if n in chosen]
+
+
+def select_where(inv: Inventory, where: dict[str, str]) -> list[Device]:
+    """The lab devices whose place has every tag of ``where`` (``--where KEY=VALUE``), by name."""
+    from ..lab.config import tagged
+
+    if inv.lab is None:
+        raise ConfigError(f"--where selects labgrid places, and {inv.path} has no [labgrid] table")
+    if inv.lab.error is not None:
+        raise inv.lab.error
+    chosen = [d for n, d in sorted(inv.devices.items()) if d.lab is not None and tagged(d.lab.tags, where)]
+    if not chosen:
+        want = " ".join(f"{k}={v}" for k, v in where.items())
+        have = sorted({f"{k}={v}" for d in inv.devices.values() if d.lab for k, v in d.lab.tags.items()})
+        raise ConfigError(f"no labgrid place at {inv.lab.coordinator} is tagged {want}",
+                          hint=f"tags there: {', '.join(have) or 'none'}")
+    return chosen

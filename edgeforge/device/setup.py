@@ -209,7 +209,7 @@ def setup_device(name: str, *, inventory=None, packages: list[str] | None = None
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
     tr = connect(dev, connect_timeout=o.connect_timeout if o.connect_timeout is not None else 60.0,
-                 trust_new_host=o.trust_new_host, retries=o.retries, on_step=say)
+                 trust_new_host=o.trust_new_host, retries=o.retries, on_step=say, opts=o)
     with closing(tr), leased(tr, ttl_s=lease_ttl(timeout), wait_s=o.wait, what="edgeforge devices setup",
                              on_step=say) as lease:
         facts = _marked(tr.python(["-c", DEVICE_FACTS], timeout=timeout, doing="asking the device"),

@@ -19,6 +19,7 @@ ROWS = {
     "init": 4.5,                        # edgeforge init: a factory's InputSpecs through export's import
     "pipeline": 5,
     "api": 6,
+    "lab": 6.5,                         # a labgrid lab: its inventory table, client, place holds
     "device": 7,
     "doctor": 8,
     "cli": 9,
