@@ -104,7 +104,8 @@ def plan_passes(project: Project, build: ResolvedBuild):
             passes.append(OnnxFp16Pass())
     passes.append(VerifyPass(VerifyPass.Config(
         host_runnable=bcfg.host_runnable, max_accuracy_drop=build.max_accuracy_drop,
-        min_cosine=build.min_cosine, data_digest=eval_digest)))
+        min_cosine=build.min_cosine, data_digest=eval_digest,
+        task=project.spec.task.model_dump() if project.spec.task is not None else None)))
     return passes
 
 

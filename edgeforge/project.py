@@ -67,11 +67,23 @@ class QuantizationSection(Strict):
     qat: QatSection = Field(default_factory=QatSection)
 
 
+class TaskSection(Strict):
+    """[task]: what the model is for, so drift and budgets are in the task's own metric."""
+    kind: Literal["classification", "detection", "segmentation", "ctc", "embedding", "generic"] = "classification"
+    blank: int = Field(0, ge=0)                     # ctc: the blank class
+    time_axis: Literal[0, 1] = 1                    # ctc: [N, T, C] (1) or [T, N, C] (0)
+    top_k: int = Field(5, ge=1, le=1000)            # classification top-k, embedding recall@k
+    score_threshold: float = Field(0.5, ge=0, le=1)  # detection vs float: float boxes taken as truth
+    metric: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    max_metric_drop: Optional[float] = Field(None, ge=0, le=100)   # points of the task metric
+
+
 class ProjectSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: ModelSection
     data: DataSection
     quantization: QuantizationSection = Field(default_factory=QuantizationSection)
+    task: Optional[TaskSection] = None
 
 
 class Project:
@@ -104,6 +116,19 @@ class Project:
     def path(self, rel: str) -> Path:
         p = Path(rel).expanduser()
         return p if p.is_absolute() else self.root / p
+
+    def task(self, labels: dict | None = None):
+        """The task (``edgeforge.task.evaluate.Task``): ``[task]``, or without one classification
+        when there are 1-D labels and generic otherwise."""
+        from .task.evaluate import Task
+
+        sec = self.spec.task
+        k = self.spec.data.label_output
+        if sec is None:
+            one_d = labels is not None and getattr(labels.get("labels"), "ndim", 0) == 1
+            return Task(kind="classification" if one_d else "generic", output=k)
+        return Task(kind=sec.kind, output=k, blank=sec.blank, time_axis=sec.time_axis, top_k=sec.top_k,
+                    score_threshold=sec.score_threshold)
 
     @property
     def weights(self) -> Path | None:
@@ -159,12 +184,14 @@ class Project:
             if count is not None and arr.shape[0] != count:
                 raise ConfigError(f"{which} data arrays disagree on the number of samples")
             count = arr.shape[0]
-        if "labels" in arrays:
-            labels = arrays["labels"]
-            if labels.ndim != 1 or labels.shape[0] != count or not np.issubdtype(labels.dtype, np.integer):
-                raise ConfigError(f"{which} data 'labels' must be a 1-D integer array with one label per sample")
-        known = {s.name for s in self.inputs} | {"labels"}
-        return {k: v for k, v in arrays.items() if k in known}
+        from .task.labels import check_labels
+
+        kind = self.spec.task.kind if self.spec.task is not None else "classification"
+        try:
+            labels = check_labels(kind, arrays, count)
+        except ValueError as exc:
+            raise ConfigError(f"{which} data {path.name}: {exc}") from None
+        return {**{k: v for k, v in arrays.items() if k in {s.name for s in self.inputs}}, **labels}
 
 
 _READ: dict[tuple, list[dict]] = {}        # (files, mtimes, sizes) -> the program's inputs

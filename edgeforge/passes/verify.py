@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from pydantic import Field
@@ -29,6 +30,7 @@ class VerifyConfig(PassConfig):
     min_cosine: float = 0.99                           # INT8/FP16 without labels
     float_rel_tolerance: float = 1e-4                  # float artifacts vs Paddle Inference
     data_digest: str = ""
+    task: Optional[dict] = None                        # [task], as declared (part of the key)
 
 
 @register
@@ -65,19 +67,45 @@ class VerifyPass(Pass):
                 f"{'all 0' if not record['zero_points_nonzero'] else 'not all 0'}: passed")
         return record
 
+    def task_record(self, task, outs, reference, labels: dict, ctx: PassContext) -> dict:
+        """``verify.task``: the task metric of the float model and of the artifact (``outs``;
+        None when the host cannot run it: only the float figure)."""
+        from ..task.evaluate import evaluate
+        from ..task.user import user_metric
+
+        spec = (self.config.task or {}).get("metric")
+        user = user_metric(ctx.project.root, spec, ctx.workdir / "verify-metric.log") if spec else None
+        try:
+            rec = evaluate(task, outs if outs is not None else reference, reference, labels, user, spec or "")
+        except ValueError as exc:
+            if self.config.task is not None:
+                raise PassError(self.name, f"[task] kind = \"{task.kind}\": {exc}",
+                                hint="check [task] and [data] label_output in edgeforge.toml") from None
+            return {"kind": task.kind, "metric": None, "float": None, "artifact": None, "drop": None,
+                    "skipped": str(exc)}
+        if outs is None:
+            rec.update(artifact=None, drop=None)
+            rec["figures"].pop("artifact", None)
+        drop = "" if rec["drop"] is None else f", drop {rec['drop']:.2f} points"
+        ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
+        return rec
+
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: VerifyConfig = self.config
         data = ctx.project.load_data("evaluation")
         names = [s.name for s in ctx.project.inputs]
         feeds = {k: data[k] for k in names}
-        labels = data.get("labels")
+        label_arrays = {k: v for k, v in data.items() if k not in names}
+        task = ctx.project.task(label_arrays)
+        # the top-1 figures of the tensor check are a classifier's
+        labels = data.get("labels") if task.kind == "classification" else None
         float_dir = ctx.history[PADDLE_FLOAT].path
         ctx.log(f"Paddle Inference reference on {len(feeds[names[0]])} evaluation samples")
         reference = paddle_inference(float_dir, feeds)
 
         ref_dir = out_dir / "reference"
         ref_dir.mkdir()
-        np.savez(ref_dir / "eval_inputs.npz", **feeds, **({"labels": labels} if labels is not None else {}))
+        np.savez(ref_dir / "eval_inputs.npz", **feeds, **label_arrays)
         np.savez(ref_dir / "float_outputs.npz", **{f"output_{i}": o for i, o in enumerate(reference)})
         artifact_file = inp.meta["file"]
         shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
@@ -105,7 +133,8 @@ class VerifyPass(Pass):
                 ctx.log(f"running {artifact_file} under Paddle Lite (x86) on the host")
                 runtime, outs = lite_outputs(self.name, str(out_dir / artifact_file), names, feeds,
                                              ctx.workdir / "verify-lite.log")
-            m = runner.drift_metrics(outs, reference, labels)
+            result["task"] = self.task_record(task, outs, reference, label_arrays, ctx)
+            m = tensor_drift(outs, reference, labels)
             per_output = m.pop("outputs", [])
             if k:       # the accuracy figures are those of the output the labels are for
                 m.update({f: per_output[k][f] for f in ("top1_agreement", "accuracy", "float_accuracy",
@@ -115,10 +144,16 @@ class VerifyPass(Pass):
                 result["outputs"] = per_output
             # judge on the worst output, not only the first
             worst_rel = max((o["rel_max_abs_error"] or 0.0) for o in per_output) if per_output else 0.0
-            worst_cos = min(o["cosine"] for o in per_output) if per_output else 1.0
+            worst_cos = min((o["cosine"] for o in per_output if o["cosine"] is not None), default=1.0)
+            t = result["task"]
             if precision == "fp32":
                 ok = worst_rel <= cfg.float_rel_tolerance
                 reason = f"float output differs from Paddle Inference by {worst_rel:.2e} (relative)"
+            elif cfg.task is not None and t.get("drop") is not None:
+                limit = cfg.task.get("max_metric_drop")
+                limit = cfg.max_accuracy_drop if limit is None else limit
+                ok = t["drop"] <= limit
+                reason = f"{t['metric']} drop {t['drop']:.2f} points > budget {limit:g}"
             elif m.get("accuracy_drop") is not None:
                 ok = m["accuracy_drop"] <= cfg.max_accuracy_drop
                 reason = f"accuracy drop {m['accuracy_drop']:.2f} points > budget {cfg.max_accuracy_drop}"
@@ -132,6 +167,7 @@ class VerifyPass(Pass):
             # Float accuracy of the reference is still worth reporting.
             if labels is not None and reference[k].ndim == 2:
                 result["float_accuracy"] = float(np.mean(reference[k].argmax(1) == labels))
+            result["task"] = self.task_record(task, None, reference, label_arrays, ctx)
         if contract is not None:
             result["contract"] = contract
         meta = {k: v for k, v in inp.meta.items()}
@@ -139,3 +175,22 @@ class VerifyPass(Pass):
         meta["num_eval_samples"] = int(len(feeds[names[0]]))
         meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)
         return meta
+
+
+def tensor_drift(outs, reference, labels) -> dict:
+    """The runner's tensor figures, over the outputs whose shapes agree (a detector's rows
+    vary in number: its drift is the task record's)."""
+    same = [i for i, (o, r) in enumerate(zip(outs, reference)) if np.shape(o) == np.shape(r)]
+    if len(same) == len(outs):
+        return runner.drift_metrics(outs, reference, labels)
+    m = runner.drift_metrics([outs[i] for i in same], [reference[i] for i in same], labels if 0 in same else None)
+    per = m.get("outputs", [])
+    full = []
+    for i in range(len(outs)):
+        full.append(per[same.index(i)] if i in same else
+                    {"max_abs_error": None, "mean_abs_error": None, "rel_max_abs_error": None, "cosine": None,
+                     "top1_agreement": None, "accuracy": None, "float_accuracy": None, "accuracy_drop": None,
+                     "shape": list(np.shape(outs[i])), "reference_shape": list(np.shape(reference[i]))})
+    top = {k: v for k, v in full[0].items() if k not in ("shape", "reference_shape")}
+    top["outputs"] = full
+    return top
