@@ -7,6 +7,7 @@ reference data still ships so the device runner can measure drift there.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -83,6 +84,9 @@ class VerifyPass(Pass):
                                 hint="check [task] and [data] label_output in edgeforge.toml") from None
             return {"kind": task.kind, "metric": None, "float": None, "artifact": None, "drop": None,
                     "skipped": str(exc)}
+        # what bench needs to compute the same record from the device's outputs
+        if self.config.task is not None:
+            rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root)}
         if outs is None:
             rec.update(artifact=None, drop=None)
             rec["figures"].pop("artifact", None)
@@ -134,7 +138,7 @@ class VerifyPass(Pass):
                 runtime, outs = lite_outputs(self.name, str(out_dir / artifact_file), names, feeds,
                                              ctx.workdir / "verify-lite.log")
             result["task"] = self.task_record(task, outs, reference, label_arrays, ctx)
-            m = tensor_drift(outs, reference, labels)
+            m = runner.drift_metrics(outs, reference, labels)
             per_output = m.pop("outputs", [])
             if k:       # the accuracy figures are those of the output the labels are for
                 m.update({f: per_output[k][f] for f in ("top1_agreement", "accuracy", "float_accuracy",
@@ -176,21 +180,3 @@ class VerifyPass(Pass):
         meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)
         return meta
 
-
-def tensor_drift(outs, reference, labels) -> dict:
-    """The runner's tensor figures, over the outputs whose shapes agree (a detector's rows
-    vary in number: its drift is the task record's)."""
-    same = [i for i, (o, r) in enumerate(zip(outs, reference)) if np.shape(o) == np.shape(r)]
-    if len(same) == len(outs):
-        return runner.drift_metrics(outs, reference, labels)
-    m = runner.drift_metrics([outs[i] for i in same], [reference[i] for i in same], labels if 0 in same else None)
-    per = m.get("outputs", [])
-    full = []
-    for i in range(len(outs)):
-        full.append(per[same.index(i)] if i in same else
-                    {"max_abs_error": None, "mean_abs_error": None, "rel_max_abs_error": None, "cosine": None,
-                     "top1_agreement": None, "accuracy": None, "float_accuracy": None, "accuracy_drop": None,
-                     "shape": list(np.shape(outs[i])), "reference_shape": list(np.shape(reference[i]))})
-    top = {k: v for k, v in full[0].items() if k not in ("shape", "reference_shape")}
-    top["outputs"] = full
-    return top

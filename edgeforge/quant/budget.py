@@ -41,7 +41,8 @@ def worst_cosine(outputs: list[np.ndarray], reference: list[np.ndarray]) -> floa
     """The lowest mean per-sample cosine over all outputs (verify judges the worst output)."""
     from ..runner.edgeforge_runner import drift_metrics
 
-    return min(o["cosine"] for o in drift_metrics(outputs, reference)["outputs"])
+    return min((o["cosine"] for o in drift_metrics(outputs, reference)["outputs"] if o["cosine"] is not None),
+               default=1.0)
 
 
 @dataclass(frozen=True)

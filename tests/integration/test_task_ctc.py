@@ -4,48 +4,13 @@ artifact, and the INT8 budget is judged in the same metric."""
 from __future__ import annotations
 
 import shutil
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+from task_projects import ctc_project
 
 from edgeforge import api
 from edgeforge.errors import ConfigError
-
-MODELS = Path(__file__).resolve().parents[1] / "task_models"
-
-
-def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_drop = 5\n') -> Path:
-    import paddle
-
-    sys.path.insert(0, str(MODELS))
-    try:
-        import ctc_digits
-    finally:
-        sys.path.remove(str(MODELS))
-    root.mkdir(parents=True)
-    shutil.copy(MODELS / "ctc_digits.py", root / "ctc_digits.py")
-    paddle.save(ctc_digits.train(seconds=10).state_dict(), str(root / "ctc.pdparams"))
-    (root / "data").mkdir()
-    x, labels = ctc_digits.strings(96, seed=5)
-    np.savez(root / "data" / "calib.npz", x=ctc_digits.strings(64, seed=3)[0])
-    np.savez(root / "data" / "eval.npz", x=x, labels=labels)
-    (root / "edgeforge.toml").write_text(textwrap.dedent("""
-        name = "ctc-digits"
-        [model]
-        factory = "ctc_digits:build"
-        weights = "ctc.pdparams"
-        [[model.inputs]]
-        name = "x"
-        shape = [-1, 1, 8, 32]
-        [data]
-        calibration = "data/calib.npz"
-        evaluation = "data/eval.npz"
-        [task]
-        """) + task)
-    return root
 
 
 @pytest.fixture(scope="module")

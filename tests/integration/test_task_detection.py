@@ -5,49 +5,12 @@ against the float model's own detections, with matched-box IoU and score error."
 from __future__ import annotations
 
 import shutil
-import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+from task_projects import detector_project
 
 from edgeforge import api
-
-MODELS = Path(__file__).resolve().parents[1] / "task_models"
-
-
-def detector_project(root: Path) -> Path:
-    import paddle
-
-    sys.path.insert(0, str(MODELS))
-    try:
-        import tiny_detector as det
-    finally:
-        sys.path.remove(str(MODELS))
-    root.mkdir(parents=True)
-    shutil.copy(MODELS / "tiny_detector.py", root / "tiny_detector.py")
-    paddle.save(det.train(seconds=8).state_dict(), str(root / "det.pdparams"))
-    (root / "data").mkdir()
-    x, boxes, classes, counts = det.scenes(64, seed=5)
-    np.savez(root / "data" / "calib.npz", x=det.scenes(64, seed=3)[0])
-    np.savez(root / "data" / "eval.npz", x=x, gt_boxes=boxes, gt_classes=classes, gt_counts=counts)
-    (root / "edgeforge.toml").write_text(textwrap.dedent("""
-        name = "tiny-det"
-        [model]
-        factory = "tiny_detector:build"
-        weights = "det.pdparams"
-        [[model.inputs]]
-        name = "x"
-        shape = [-1, 1, 32, 32]
-        [data]
-        calibration = "data/calib.npz"
-        evaluation = "data/eval.npz"
-        [task]
-        kind = "detection"
-        max_metric_drop = 10
-        """))
-    return root
 
 
 @pytest.fixture(scope="module")
