@@ -1,6 +1,6 @@
 """bench of a [task] build on the loopback device: the runner sends the evaluation outputs back
 (compressed) and the host computes the task metric into drift.task, the same record (and, the
-device being this host, the same figures) as the manifest's verify.task."""
+device being this host, nearly the same figures) as the manifest's verify.task."""
 from __future__ import annotations
 
 import pytest
@@ -27,8 +27,11 @@ def test_bench_reports_the_task_metric(cli, lab, ctc_build):
     r = read_result(path)
     t, v = r["drift"]["task"], ctc_build.manifest["verify"]["task"]
     assert (t["kind"], t["metric"]) == ("ctc", "sequence_accuracy")
-    for k in ("float", "artifact", "drop"):
-        assert t[k] == pytest.approx(v[k], abs=1e-9), k
+    assert t["float"] == v["float"]                       # the same float outputs and labels
+    # the device runs onnxruntime's own INT8 kernels; verify, the target's arithmetic: a few
+    # sequences may decode differently (TOOLCHAIN 15)
+    assert abs(t["artifact"] - v["artifact"]) <= 0.05
+    assert t["drop"] == pytest.approx((t["float"] - t["artifact"]) * 100, abs=1e-4)
     assert "max_metric_drop" in out
     # a gate over the task metric: the drop as measured holds, a smaller allowance fails (exit 1)
     code, out, err = cli("gate", str(path), "--max-metric-drop", str(max(t["drop"], 0.0)))
