@@ -76,6 +76,40 @@ class TaskSection(Strict):
     score_threshold: float = Field(0.5, ge=0, le=1)  # detection vs float: float boxes taken as truth
     metric: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     max_metric_drop: Optional[float] = Field(None, ge=0, le=100)   # points of the task metric
+    label_names: list[str] = []                     # class names, for pipeline.json
+
+
+class PreprocessSection(Strict):
+    """[preprocess]: the image pipeline in front of one model input, declared once; verify
+    checks it against the training-time ``reference`` and writes it to pipeline.json."""
+    input: str = Field(min_length=1)                # the model input an image feeds
+    images: str = Field(min_length=1)               # raw JPEG/PNG files: the parity check
+    reference: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    resize: Optional[list[int]] = Field(None, min_length=2, max_length=2)   # [h, w]
+    resize_short: Optional[int] = Field(None, gt=0, le=16384)
+    crop: Optional[list[int]] = Field(None, min_length=2, max_length=2)     # [h, w], centred
+    interpolation: Literal["nearest", "bilinear", "bicubic", "area"] = "bilinear"
+    channel_order: Literal["rgb", "bgr"] = "rgb"
+    scale: float = Field(1.0 / 255.0, gt=0, allow_inf_nan=False)  # applied first
+    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0], min_length=3, max_length=3)
+    std: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0], min_length=3, max_length=3)
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+    fold: bool = False
+    tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)   # max abs tensor difference
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if (self.resize is None) == (self.resize_short is None):
+            raise ValueError("give resize = [h, w], or resize_short = N with crop = [h, w]")
+        if self.resize_short is not None and self.crop is None:
+            raise ValueError("resize_short needs crop = [h, w]")
+        if any(v <= 0 for v in (self.resize or []) + (self.crop or [])):
+            raise ValueError("sizes must be positive")
+        if any(v <= 0 for v in self.std):
+            raise ValueError("std must be positive")
+        if self.fold:
+            raise ValueError("fold = true is not supported yet: feed the pre-processed tensor (fold = false)")
+        return self
 
 
 class ProjectSpec(Strict):
@@ -84,6 +118,7 @@ class ProjectSpec(Strict):
     data: DataSection
     quantization: QuantizationSection = Field(default_factory=QuantizationSection)
     task: Optional[TaskSection] = None
+    preprocess: Optional[PreprocessSection] = None
 
 
 class Project:

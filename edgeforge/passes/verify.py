@@ -32,6 +32,8 @@ class VerifyConfig(PassConfig):
     float_rel_tolerance: float = 1e-4                  # float artifacts vs Paddle Inference
     data_digest: str = ""
     task: Optional[dict] = None                        # [task], as declared (part of the key)
+    preprocess: Optional[dict] = None                  # [preprocess], as declared
+    images_digest: str = ""                            # its images
 
 
 @register
@@ -94,6 +96,53 @@ class VerifyPass(Pass):
         ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
         return rec
 
+    def preprocess_parity(self, float_dir: Path, ctx: PassContext) -> dict:
+        """[preprocess] against its reference: tensors, then the float model's outputs on both.
+        A difference fails the build (exit 3) naming the stage."""
+        from ..task import parity
+
+        pre = self.config.preprocess
+        names = [sp.name for sp in ctx.project.inputs]
+        if pre["input"] not in names:
+            raise ConfigError(f"[preprocess] input = \"{pre['input']}\" is not a model input "
+                              f"({', '.join(names)})")
+        folder = ctx.project.path(pre["images"])
+        paths = parity.images(folder) if folder.is_dir() else []
+        if not paths:
+            raise ConfigError(f"[preprocess] images = \"{pre['images']}\": no JPEG/PNG files in {folder}")
+        if not pre.get("reference"):
+            return {"status": "unchecked", "images": len(paths), "reason": "no [preprocess] reference"}
+        ref = parity.reference(ctx.project.root, pre["reference"], paths, ctx.workdir / "verify-reference.log")
+        try:
+            record = parity.check(pre, paths, ref, pre["tolerance"])
+        except parity.ParityError as exc:
+            raise PassError(self.name, str(exc), hint=f"fix [preprocess] in edgeforge.toml to match "
+                                                      f"{pre['reference']}") from None
+        if len(names) == 1:
+            mine = paddle_inference(float_dir, {names[0]: np.stack(parity.declared(pre, paths))})
+            theirs = paddle_inference(float_dir, {names[0]: np.stack(ref)})
+            record["output_max_abs_diff"] = max(float(np.max(np.abs(a - b))) for a, b in zip(mine, theirs))
+        ctx.log(f"pre-processing parity on {len(paths)} images: max difference {record['max_abs_diff']:.3g}")
+        return record
+
+    def write_pipeline(self, out_dir: Path, ctx: PassContext, precision: str) -> None:
+        """pipeline.json: what an app needs next to the model (see docs/task.md)."""
+        import json
+
+        from ..task.parity import steps_of
+
+        pre, task = self.config.preprocess, self.config.task or {}
+        spec = next((sp for sp in ctx.project.inputs if pre and sp.name == pre["input"]), ctx.project.inputs[0])
+        doc = {"schema": "edgeforge.pipeline/1",
+               "input": {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape),
+                         "layout": pre["layout"] if pre else None},
+               "preprocess": steps_of(pre) if pre else [],
+               "postprocess": {k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
+                               if k in task},
+               "labels": list(task.get("label_names") or []),
+               "precision": precision}
+        (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2) + "\n")
+
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: VerifyConfig = self.config
         data = ctx.project.load_data("evaluation")
@@ -111,6 +160,7 @@ class VerifyPass(Pass):
         ref_dir.mkdir()
         np.savez(ref_dir / "eval_inputs.npz", **feeds, **label_arrays)
         np.savez(ref_dir / "float_outputs.npz", **{f"output_{i}": o for i, o in enumerate(reference)})
+        preprocess = self.preprocess_parity(float_dir, ctx) if cfg.preprocess is not None else None
         artifact_file = inp.meta["file"]
         shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
         precision = inp.meta.get("precision", "fp32")
@@ -174,6 +224,10 @@ class VerifyPass(Pass):
             result["task"] = self.task_record(task, None, reference, label_arrays, ctx)
         if contract is not None:
             result["contract"] = contract
+        if preprocess is not None:
+            result["preprocess"] = preprocess
+        if cfg.preprocess is not None or cfg.task is not None:
+            self.write_pipeline(out_dir, ctx, precision)
         meta = {k: v for k, v in inp.meta.items()}
         meta["verify"] = result
         meta["num_eval_samples"] = int(len(feeds[names[0]]))
