@@ -5,7 +5,6 @@ build directory gets pipeline.json."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import numpy as np
 import pytest
