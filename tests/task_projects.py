@@ -43,7 +43,8 @@ def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_dr
     return root
 
 
-def detector_project(root: Path) -> Path:
+def detector_project(root: Path, nms: bool = False) -> Path:
+    """``nms``: matrix_nms in the graph (rows [M, 6] + counts [N]), else raw outputs."""
     import paddle
 
     sys.path.insert(0, str(MODELS))
@@ -53,7 +54,8 @@ def detector_project(root: Path) -> Path:
         sys.path.remove(str(MODELS))
     root.mkdir(parents=True)
     shutil.copy(MODELS / "tiny_detector.py", root / "tiny_detector.py")
-    paddle.save(det.train(seconds=8).state_dict(), str(root / "det.pdparams"))
+    state = det.train(seconds=8).state_dict()
+    paddle.save({f"det.{k}" if nms else k: v for k, v in state.items()}, str(root / "det.pdparams"))
     (root / "data").mkdir()
     x, boxes, classes, counts = det.scenes(64, seed=5)
     np.savez(root / "data" / "calib.npz", x=det.scenes(64, seed=3)[0])
@@ -61,7 +63,7 @@ def detector_project(root: Path) -> Path:
     (root / "edgeforge.toml").write_text(textwrap.dedent("""
         name = "tiny-det"
         [model]
-        factory = "tiny_detector:build"
+        factory = "tiny_detector:{factory}"
         weights = "det.pdparams"
         [[model.inputs]]
         name = "x"
@@ -72,5 +74,5 @@ def detector_project(root: Path) -> Path:
         [task]
         kind = "detection"
         max_metric_drop = 10
-        """))
+        """).replace("{factory}", "build_with_nms" if nms else "build"))
     return root

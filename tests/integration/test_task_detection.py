@@ -1,7 +1,9 @@
 """[task] kind = "detection": a tiny anchor-grid detector of real digits whose raw outputs
 (boxes [N, A, 4], scores [N, C, A]) are post-processed on the host (NMS), built for linux-x86:
 verify.task holds mAP@0.5 against the labels, and without labels the artifact's mAP@0.5
-against the float model's own detections, with matched-box IoU and score error."""
+against the float model's own detections, with matched-box IoU and score error. With
+matrix_nms in the graph (Paddle Lite; paddle2onnx has no converter for it) the artifact gives
+the rows and counts itself."""
 from __future__ import annotations
 
 import shutil
@@ -39,3 +41,14 @@ def test_without_labels_the_float_detections_are_the_truth(project, tmp_path):
     art = t["figures"]["artifact"]
     assert art["float_boxes"] > 0 and 0 < art["matched"] <= art["float_boxes"]
     assert 0.5 <= art["matched_iou"] <= 1.0 and 0.0 <= art["score_error"] < 0.5
+
+
+def test_nms_in_the_graph_lite_rows_and_counts(tmp_path):
+    """matrix_nms in the graph (rows [M, 6] + counts [N], the multiclass_nms3 layout) builds
+    for linux-x86 with Paddle Lite: mAP@0.5 in verify.task from the artifact's own NMS."""
+    root = detector_project(tmp_path / "proj", nms=True)
+    m = api.build(root, "linux-x86", backend="lite", precision="fp32", out=tmp_path / "lite").manifest
+    t = m["verify"]["task"]
+    assert m["verify"]["status"] == "passed"
+    assert (t["kind"], t["metric"], t["labelled"]) == ("detection", "map50", True)
+    assert 0.3 < t["float"] <= 1.0 and t["artifact"] == pytest.approx(t["float"], abs=0.02)

@@ -56,6 +56,27 @@ def build():
     return Detector()
 
 
+def build_with_nms():
+    """The detector with ``paddle.vision.ops.matrix_nms`` in the graph: rows [M, 6] and
+    per-image counts [N] (the legacy export and Paddle Lite take it; TOOLCHAIN 20)."""
+    import paddle.nn as nn
+    from paddle.vision.ops import matrix_nms
+
+    class WithNms(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.det = build()
+
+        def forward(self, x):
+            boxes, scores = self.det(x)
+            rows, counts, _ = matrix_nms(boxes, scores, score_threshold=0.05, post_threshold=0.05, nms_top_k=64,
+                                      keep_top_k=32, background_label=-1, normalized=False,
+                                      return_index=False, return_rois_num=True)
+            return rows, counts
+
+    return WithNms()
+
+
 def targets(boxes, classes, counts):
     """Per image the [CLASSES, 16] cell targets of the ground truth."""
     t = np.zeros((len(counts), CLASSES, GRID * GRID), dtype="float32")
