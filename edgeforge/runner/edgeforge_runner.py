@@ -383,14 +383,16 @@ def _pil_filter(name):
 
 def run_pipeline(image, steps):
     """A PIL image through ``steps`` (a list of {"op": ...}) -> the array one sample of the model
-    input is (no batch axis). ops: resize {size [h, w], interpolation}, resize_short {size,
+    input is (no batch axis). ops: decode {mode}, resize {size [h, w], interpolation}, resize_short {size,
     interpolation}, crop {size [h, w]} (centred), channel_order {order rgb|bgr}, scale {factor},
     normalize {mean, std} (per channel, in the channel order of the output), layout {NCHW|NHWC}."""
     img = image.convert("RGB")
     arr = None
     for st in steps:
         op = st["op"]
-        if op == "resize":
+        if op == "decode":
+            img = image.convert(st.get("mode", "RGB"))
+        elif op == "resize":
             h, w = st["size"]
             img = img.resize((int(w), int(h)), _pil_filter(st.get("interpolation", "bilinear")))
         elif op == "resize_short":

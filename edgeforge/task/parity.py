@@ -48,7 +48,7 @@ def images(folder: Path) -> list[Path]:
 def declared(s: dict, paths: list[Path]) -> list[np.ndarray]:
     from PIL import Image
 
-    st = [x for x in steps_of(s) if x["op"] != "decode"]
+    st = steps_of(s)
     out = []
     for p in paths:
         with Image.open(p) as img:
