@@ -104,8 +104,22 @@ def plan_passes(project: Project, build: ResolvedBuild):
             passes.append(OnnxFp16Pass())
     passes.append(VerifyPass(VerifyPass.Config(
         host_runnable=bcfg.host_runnable, max_accuracy_drop=build.max_accuracy_drop,
-        min_cosine=build.min_cosine, data_digest=eval_digest)))
+        min_cosine=build.min_cosine, data_digest=eval_digest,
+        task=project.spec.task.model_dump() if project.spec.task is not None else None,
+        preprocess=project.spec.preprocess.model_dump() if project.spec.preprocess is not None else None,
+        images_digest=_images_digest(project))))
     return passes
+
+
+def _images_digest(project: Project) -> str:
+    """The [preprocess] images (the parity check reads them)."""
+    from .cache import digest_files
+
+    pre = project.spec.preprocess
+    folder = project.path(pre.images) if pre is not None else None
+    if folder is None or not folder.is_dir():
+        return ""
+    return digest_files((p.name, p) for p in sorted(folder.iterdir()) if p.is_file())
 
 
 def _digest_or_empty(path: Path) -> str:

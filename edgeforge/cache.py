@@ -55,7 +55,7 @@ BUILD_CODE = (
     "passes", "quant", "runner/edgeforge_runner.py", "lite_child.py",
     "cache.py", "config.py", "contracts.py", "errors.py", "fsutil.py", "inference.py", "native.py",
     "paddle_env.py",
-    "pipeline.py", "project.py", "targets.py", "toolchain.py", "weights.py",
+    "pipeline.py", "project.py", "targets.py", "toolchain.py", "weights.py", "task",
 )
 _PACKAGE_ROOT = Path(__file__).resolve().parent
 _build_code_digests: dict[Path, str] = {}

@@ -143,6 +143,7 @@ class GateOptions(_Options):
     max_p50_ms: Optional[float] = Field(None, allow_inf_nan=False)
     min_int8_speedup: Optional[float] = Field(None, allow_inf_nan=False)      # x, vs fp32 of the same model
     min_accelerated_nodes: Optional[float] = Field(None, allow_inf_nan=False)  # share 0-1, accelerating EPs
+    max_metric_drop: Optional[float] = Field(None, allow_inf_nan=False)       # points of the [task] metric
     force: bool = False                           # latency gates over emulated runs anyway
     junit: Optional[PathLike] = None              # also write JUnit XML here
 

@@ -66,11 +66,58 @@ class QuantizationSection(Strict):
     qat: QatSection = Field(default_factory=QatSection)
 
 
+class TaskSection(Strict):
+    """[task]: what the model is for, so drift and budgets are in the task's own metric."""
+    kind: Literal["classification", "detection", "segmentation", "ctc", "embedding", "generic"] = "classification"
+    blank: int = Field(0, ge=0)                     # ctc: the blank class
+    time_axis: Literal[0, 1] = 1                    # ctc: [N, T, C] (1) or [T, N, C] (0)
+    top_k: int = Field(5, ge=1, le=1000)            # classification top-k, embedding recall@k
+    score_threshold: float = Field(0.5, ge=0, le=1)  # detection vs float: float boxes taken as truth
+    metric: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    max_metric_drop: Optional[float] = Field(None, ge=0, le=100)   # points of the task metric
+    label_names: list[str] = []                     # class names, for pipeline.json
+
+
+class PreprocessSection(Strict):
+    """[preprocess]: the image pipeline in front of one model input, declared once; verify
+    checks it against the training-time ``reference`` and writes it to pipeline.json."""
+    input: str = Field(min_length=1)                # the model input an image feeds
+    images: str = Field(min_length=1)               # raw JPEG/PNG files: the parity check
+    reference: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    resize: Optional[list[int]] = Field(None, min_length=2, max_length=2)   # [h, w]
+    resize_short: Optional[int] = Field(None, gt=0, le=16384)
+    crop: Optional[list[int]] = Field(None, min_length=2, max_length=2)     # [h, w], centred
+    interpolation: Literal["nearest", "bilinear", "bicubic", "area"] = "bilinear"
+    channel_order: Literal["rgb", "bgr"] = "rgb"
+    scale: float = Field(1.0 / 255.0, gt=0, allow_inf_nan=False)  # applied first
+    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0], min_length=3, max_length=3)
+    std: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0], min_length=3, max_length=3)
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+    fold: bool = False
+    tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)   # max abs tensor difference
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if (self.resize is None) == (self.resize_short is None):
+            raise ValueError("give resize = [h, w], or resize_short = N with crop = [h, w]")
+        if self.resize_short is not None and self.crop is None:
+            raise ValueError("resize_short needs crop = [h, w]")
+        if any(v <= 0 for v in (self.resize or []) + (self.crop or [])):
+            raise ValueError("sizes must be positive")
+        if any(v <= 0 for v in self.std):
+            raise ValueError("std must be positive")
+        if self.fold:
+            raise ValueError("fold = true is not supported yet: feed the pre-processed tensor (fold = false)")
+        return self
+
+
 class ProjectSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: ModelSection
     data: DataSection
     quantization: QuantizationSection = Field(default_factory=QuantizationSection)
+    task: Optional[TaskSection] = None
+    preprocess: Optional[PreprocessSection] = None
 
 
 class Project:
@@ -103,6 +150,19 @@ class Project:
     def path(self, rel: str) -> Path:
         p = Path(rel).expanduser()
         return p if p.is_absolute() else self.root / p
+
+    def task(self, labels: dict | None = None):
+        """The task (``edgeforge.task.evaluate.Task``): ``[task]``, or without one classification
+        when there are 1-D labels and generic otherwise."""
+        from .task.evaluate import Task
+
+        sec = self.spec.task
+        k = self.spec.data.label_output
+        if sec is None:
+            one_d = labels is not None and getattr(labels.get("labels"), "ndim", 0) == 1
+            return Task(kind="classification" if one_d else "generic", output=k)
+        return Task(kind=sec.kind, output=k, blank=sec.blank, time_axis=sec.time_axis, top_k=sec.top_k,
+                    score_threshold=sec.score_threshold)
 
     @property
     def weights(self) -> Path | None:
@@ -158,12 +218,14 @@ class Project:
             if count is not None and arr.shape[0] != count:
                 raise ConfigError(f"{which} data arrays disagree on the number of samples")
             count = arr.shape[0]
-        if "labels" in arrays:
-            labels = arrays["labels"]
-            if labels.ndim != 1 or labels.shape[0] != count or not np.issubdtype(labels.dtype, np.integer):
-                raise ConfigError(f"{which} data 'labels' must be a 1-D integer array with one label per sample")
-        known = {s.name for s in self.inputs} | {"labels"}
-        return {k: v for k, v in arrays.items() if k in known}
+        from .task.labels import check_labels
+
+        kind = self.spec.task.kind if self.spec.task is not None else "classification"
+        try:
+            labels = check_labels(kind, arrays, count)
+        except ValueError as exc:
+            raise ConfigError(f"{which} data {path.name}: {exc}") from None
+        return {**{k: v for k, v in arrays.items() if k in {s.name for s in self.inputs}}, **labels}
 
 
 _READ: dict[tuple, list[dict]] = {}        # (files, mtimes, sizes) -> the program's inputs

@@ -275,6 +275,8 @@ def add_gate_arguments(parser) -> None:
     grp = parser.add_argument_group("quality gates (exit 1 when one fails)")
     grp.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
                      help="fail a run whose accuracy drop exceeds POINTS percentage points")
+    grp.add_argument("--max-metric-drop", type=points, metavar="POINTS",
+                     help="fail a run whose [task] metric (drift.task) drops more than POINTS")
     grp.add_argument("--max-p50-ms", type=milliseconds, metavar="MS",
                      help="fail a run whose median latency exceeds MS")
     grp.add_argument("--min-int8-speedup", type=speedup, metavar="X",

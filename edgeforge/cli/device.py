@@ -272,6 +272,12 @@ def print_bench_result(result: dict, path) -> None:
         info.add_row("cosine", fmt.num(dr.get("cosine"), ".6f"))
     else:
         info.add_row("drift", f"[yellow]not measured[/yellow]: {escape(dr.get('skipped', ''))}")
+    task = dr.get("task") or {}
+    if task:
+        info.add_row("task", escape(f"{task.get('kind')} {task.get('metric')}: " + (
+            f"{fmt.num(task.get('artifact'), '.4f')} (float {fmt.num(task.get('float'), '.4f')}, drop "
+            f"{fmt.num(task.get('drop'), '.2f')} points)" if task.get("drop") is not None
+            else f"not measured ({task.get('skipped')})")))
     info.add_row("device", escape(f"{fp.get('cpu_model')}, {fp.get('cores')} cores, {fp.get('arch')}, "
                                   f"kernel {fp.get('kernel')}, governor {fp.get('governor') or '-'}"))
     temps = (f"{fmt.num(fp.get('temp_c_before'), '.1f')} → {fmt.num(fp.get('temp_c_after'), '.1f')} °C"

@@ -33,6 +33,7 @@ from ..options import BenchOptions
 from ..runner import remote
 from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ..results.stats import summarize
+from ..task.drift import drift_task, wants_outputs
 from .interrupt import StopOnSignal, interrupted, stop_runner
 from .inventory import Device, load_inventory
 from .lease import Lease, iso, lease_ttl
@@ -186,6 +187,7 @@ class Bench:
                 "warmups": s.warmups, "runs": s.runs,
                 "runner": s.runner, "benchmark_bin": s.benchmark_bin,
                 "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True,
+                "return_outputs": wants_outputs(m),
                 "profile": self.opts.profile,
                 "lease": ({"dir": posixpath.join(posixpath.dirname(self.remote_dir), ".lease"), "token": self.lease.token}
                           if self.lease is not None and self.remote_dir else None)}
@@ -286,6 +288,8 @@ class Bench:
             drift = {k: v for k, v in drift_ev.items() if k != "event"}
         else:
             drift = empty_drift(drift_ev.get("skipped") if drift_ev else "not measured")
+        if wants_outputs(m) and drift_ev and "skipped" not in drift_ev:
+            drift["task"] = drift_task(self.build_dir, m, p.first("outputs"))
         samples = list(lat.get("samples_ms") or [])
         rt = m.get("runtime") or {}
         v = m.get("verify") or {}

@@ -210,8 +210,39 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
 def make_budget(cfg: QuantConfig, ctx: PassContext, labels):
     from ..quant.budget import Budget
 
-    return Budget(cfg.max_accuracy_drop if cfg.max_accuracy_drop is not None else 1.0, cfg.min_cosine,
-                  labelled=labels is not None, label_output=ctx.project.spec.data.label_output)
+    limit = cfg.max_accuracy_drop if cfg.max_accuracy_drop is not None else 1.0
+    sec = ctx.project.spec.task
+    if sec is not None and (sec.kind != "classification" or sec.max_metric_drop is not None or sec.metric):
+        drop, metric = task_drop(ctx)
+        return Budget(sec.max_metric_drop if sec.max_metric_drop is not None else limit, cfg.min_cosine,
+                      labelled=False, label_output=ctx.project.spec.data.label_output, task_drop=drop,
+                      task_metric=metric)
+    return Budget(limit, cfg.min_cosine, labelled=labels is not None,
+                  label_output=ctx.project.spec.data.label_output)
+
+
+def task_drop(ctx: PassContext):
+    """The budget's measure under a ``[task]``: points of the task metric lost against the
+    float model (its labels, or its own answers), the same record verify writes."""
+    from ..task.evaluate import evaluate, has_labels, primary
+    from ..task.metrics import cosine
+    from ..task.user import user_metric
+
+    sec = ctx.project.spec.task
+    data = ctx.project.load_data("evaluation")
+    names = {sp.name for sp in ctx.project.inputs}
+    labels = {k: v for k, v in data.items() if k not in names}
+    task = ctx.project.task(labels)
+    user = user_metric(ctx.project.root, sec.metric, ctx.workdir / "budget-metric.log") if sec.metric else None
+
+    def drop(outputs, reference) -> float:
+        r = evaluate(task, outputs, reference, labels, user, sec.metric or "")
+        if r["drop"] is not None:
+            return r["drop"]
+        # nothing to measure the metric on (a detector's float model found no box): cosine points
+        return (1.0 - min(cosine(o, f) for o, f in zip(outputs, reference)
+                          if np.shape(o) == np.shape(f))) * 100.0
+    return drop, sec.metric or primary(task, has_labels(task, labels))
 
 
 _ORT_METHOD = {"KL": "Entropy", "hist": "Percentile", "mse": "Entropy", "avg": "MinMax", "abs_max": "MinMax"}
@@ -222,6 +253,8 @@ def evaluation_set(ctx: PassContext, limit: int | None = None):
     names = [sp.name for sp in ctx.project.inputs]
     feeds = {k: data[k][:limit] for k in names}
     labels = data.get("labels")
+    if labels is not None and labels.ndim != 1:     # a CTC or segmentation [task]'s, not classes
+        labels = None
     return feeds, (labels[:limit] if labels is not None else None)
 
 

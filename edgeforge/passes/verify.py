@@ -7,8 +7,10 @@ reference data still ships so the device runner can measure drift there.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from pydantic import Field
@@ -29,6 +31,9 @@ class VerifyConfig(PassConfig):
     min_cosine: float = 0.99                           # INT8/FP16 without labels
     float_rel_tolerance: float = 1e-4                  # float artifacts vs Paddle Inference
     data_digest: str = ""
+    task: Optional[dict] = None                        # [task], as declared (part of the key)
+    preprocess: Optional[dict] = None                  # [preprocess], as declared
+    images_digest: str = ""                            # its images
 
 
 @register
@@ -65,20 +70,97 @@ class VerifyPass(Pass):
                 f"{'all 0' if not record['zero_points_nonzero'] else 'not all 0'}: passed")
         return record
 
+    def task_record(self, task, outs, reference, labels: dict, ctx: PassContext) -> dict:
+        """``verify.task``: the task metric of the float model and of the artifact (``outs``;
+        None when the host cannot run it: only the float figure)."""
+        from ..task.evaluate import evaluate
+        from ..task.user import user_metric
+
+        spec = (self.config.task or {}).get("metric")
+        user = user_metric(ctx.project.root, spec, ctx.workdir / "verify-metric.log") if spec else None
+        try:
+            rec = evaluate(task, outs if outs is not None else reference, reference, labels, user, spec or "")
+        except ValueError as exc:
+            if self.config.task is not None:
+                raise PassError(self.name, f"[task] kind = \"{task.kind}\": {exc}",
+                                hint="check [task] and [data] label_output in edgeforge.toml") from None
+            return {"kind": task.kind, "metric": None, "float": None, "artifact": None, "drop": None,
+                    "skipped": str(exc)}
+        # what bench needs to compute the same record from the device's outputs
+        if self.config.task is not None:
+            rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root)}
+        if outs is None:
+            rec.update(artifact=None, drop=None)
+            rec["figures"].pop("artifact", None)
+        drop = "" if rec["drop"] is None else f", drop {rec['drop']:.2f} points"
+        ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
+        return rec
+
+    def preprocess_parity(self, float_dir: Path, ctx: PassContext) -> dict:
+        """[preprocess] against its reference: tensors, then the float model's outputs on both.
+        A difference fails the build (exit 3) naming the stage."""
+        from ..task import parity
+
+        pre = self.config.preprocess
+        names = [sp.name for sp in ctx.project.inputs]
+        if pre["input"] not in names:
+            raise ConfigError(f"[preprocess] input = \"{pre['input']}\" is not a model input "
+                              f"({', '.join(names)})")
+        folder = ctx.project.path(pre["images"])
+        paths = parity.images(folder) if folder.is_dir() else []
+        if not paths:
+            raise ConfigError(f"[preprocess] images = \"{pre['images']}\": no JPEG/PNG files in {folder}")
+        if not pre.get("reference"):
+            return {"status": "unchecked", "images": len(paths), "reason": "no [preprocess] reference"}
+        ref = parity.reference(ctx.project.root, pre["reference"], paths, ctx.workdir / "verify-reference.log")
+        try:
+            record = parity.check(pre, paths, ref, pre["tolerance"])
+        except parity.ParityError as exc:
+            raise PassError(self.name, str(exc), hint=f"fix [preprocess] in edgeforge.toml to match "
+                                                      f"{pre['reference']}") from None
+        if len(names) == 1:
+            mine = paddle_inference(float_dir, {names[0]: np.stack(parity.declared(pre, paths))})
+            theirs = paddle_inference(float_dir, {names[0]: np.stack(ref)})
+            record["output_max_abs_diff"] = max(float(np.max(np.abs(a - b))) for a, b in zip(mine, theirs))
+        ctx.log(f"pre-processing parity on {len(paths)} images: max difference {record['max_abs_diff']:.3g}")
+        return record
+
+    def write_pipeline(self, out_dir: Path, ctx: PassContext, precision: str) -> None:
+        """pipeline.json: what an app needs next to the model (see docs/task.md)."""
+        import json
+
+        from ..task.parity import steps_of
+
+        pre, task = self.config.preprocess, self.config.task or {}
+        spec = next((sp for sp in ctx.project.inputs if pre and sp.name == pre["input"]), ctx.project.inputs[0])
+        doc = {"schema": "edgeforge.pipeline/1",
+               "input": {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape),
+                         "layout": pre["layout"] if pre else None},
+               "preprocess": steps_of(pre) if pre else [],
+               "postprocess": {k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
+                               if k in task},
+               "labels": list(task.get("label_names") or []),
+               "precision": precision}
+        (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2) + "\n")
+
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: VerifyConfig = self.config
         data = ctx.project.load_data("evaluation")
         names = [s.name for s in ctx.project.inputs]
         feeds = {k: data[k] for k in names}
-        labels = data.get("labels")
+        label_arrays = {k: v for k, v in data.items() if k not in names}
+        task = ctx.project.task(label_arrays)
+        # the top-1 figures of the tensor check are a classifier's
+        labels = data.get("labels") if task.kind == "classification" else None
         float_dir = ctx.history[PADDLE_FLOAT].path
         ctx.log(f"Paddle Inference reference on {len(feeds[names[0]])} evaluation samples")
         reference = paddle_inference(float_dir, feeds)
 
         ref_dir = out_dir / "reference"
         ref_dir.mkdir()
-        np.savez(ref_dir / "eval_inputs.npz", **feeds, **({"labels": labels} if labels is not None else {}))
+        np.savez(ref_dir / "eval_inputs.npz", **feeds, **label_arrays)
         np.savez(ref_dir / "float_outputs.npz", **{f"output_{i}": o for i, o in enumerate(reference)})
+        preprocess = self.preprocess_parity(float_dir, ctx) if cfg.preprocess is not None else None
         artifact_file = inp.meta["file"]
         shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
         precision = inp.meta.get("precision", "fp32")
@@ -105,6 +187,7 @@ class VerifyPass(Pass):
                 ctx.log(f"running {artifact_file} under Paddle Lite (x86) on the host")
                 runtime, outs = lite_outputs(self.name, str(out_dir / artifact_file), names, feeds,
                                              ctx.workdir / "verify-lite.log")
+            result["task"] = self.task_record(task, outs, reference, label_arrays, ctx)
             m = runner.drift_metrics(outs, reference, labels)
             per_output = m.pop("outputs", [])
             if k:       # the accuracy figures are those of the output the labels are for
@@ -115,10 +198,16 @@ class VerifyPass(Pass):
                 result["outputs"] = per_output
             # judge on the worst output, not only the first
             worst_rel = max((o["rel_max_abs_error"] or 0.0) for o in per_output) if per_output else 0.0
-            worst_cos = min(o["cosine"] for o in per_output) if per_output else 1.0
+            worst_cos = min((o["cosine"] for o in per_output if o["cosine"] is not None), default=1.0)
+            t = result["task"]
             if precision == "fp32":
                 ok = worst_rel <= cfg.float_rel_tolerance
                 reason = f"float output differs from Paddle Inference by {worst_rel:.2e} (relative)"
+            elif cfg.task is not None and t.get("drop") is not None:
+                limit = cfg.task.get("max_metric_drop")
+                limit = cfg.max_accuracy_drop if limit is None else limit
+                ok = t["drop"] <= limit
+                reason = f"{t['metric']} drop {t['drop']:.2f} points > budget {limit:g}"
             elif m.get("accuracy_drop") is not None:
                 ok = m["accuracy_drop"] <= cfg.max_accuracy_drop
                 reason = f"accuracy drop {m['accuracy_drop']:.2f} points > budget {cfg.max_accuracy_drop}"
@@ -132,10 +221,16 @@ class VerifyPass(Pass):
             # Float accuracy of the reference is still worth reporting.
             if labels is not None and reference[k].ndim == 2:
                 result["float_accuracy"] = float(np.mean(reference[k].argmax(1) == labels))
+            result["task"] = self.task_record(task, None, reference, label_arrays, ctx)
         if contract is not None:
             result["contract"] = contract
+        if preprocess is not None:
+            result["preprocess"] = preprocess
+        if cfg.preprocess is not None or cfg.task is not None:
+            self.write_pipeline(out_dir, ctx, precision)
         meta = {k: v for k, v in inp.meta.items()}
         meta["verify"] = result
         meta["num_eval_samples"] = int(len(feeds[names[0]]))
         meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)
         return meta
+

@@ -41,33 +41,44 @@ def worst_cosine(outputs: list[np.ndarray], reference: list[np.ndarray]) -> floa
     """The lowest mean per-sample cosine over all outputs (verify judges the worst output)."""
     from ..runner.edgeforge_runner import drift_metrics
 
-    return min(o["cosine"] for o in drift_metrics(outputs, reference)["outputs"])
+    return min((o["cosine"] for o in drift_metrics(outputs, reference)["outputs"] if o["cosine"] is not None),
+               default=1.0)
 
 
 @dataclass(frozen=True)
 class Budget:
     """What INT8 must hold, judged exactly as ``verify`` judges it: with labels, the accuracy
-    drop in points; without labels, the worst output's cosine against the float model."""
+    drop in points; without labels, the worst output's cosine against the float model; with a
+    ``[task]``, the drop of the task's metric in points (``task_drop(outputs, reference)``)."""
     max_accuracy_drop: float
     min_cosine: float
     labelled: bool
     label_output: int = 0          # [data] label_output: the output the labels are for
+    task_drop: Callable[[list, list], float] | None = None
+    task_metric: str = ""          # the metric task_drop measures, for the messages
 
     def measure(self, outputs, reference, labels) -> dict:
         k = self.label_output
-        return {"accuracy_drop": round(accuracy_drop(outputs[k:k + 1], reference[k:k + 1], labels), 4),
-                "cosine": round(worst_cosine(outputs, reference), 6)}
+        if self.task_drop is not None:
+            drop = self.task_drop(outputs, reference)
+        else:
+            drop = accuracy_drop(outputs[k:k + 1], reference[k:k + 1], labels)
+        return {"accuracy_drop": round(drop, 4), "cosine": round(worst_cosine(outputs, reference), 6)}
 
     def met(self, m: dict) -> bool:
-        if self.labelled:
+        if self.labelled or self.task_drop is not None:
             return m["accuracy_drop"] <= self.max_accuracy_drop
         return m["cosine"] >= self.min_cosine
 
     def describe(self) -> str:
+        if self.task_drop is not None:
+            return f"{self.task_metric or 'task metric'} drop <= {self.max_accuracy_drop:g} points"
         return (f"accuracy drop <= {self.max_accuracy_drop:g} points" if self.labelled
                 else f"cosine >= {self.min_cosine:g} (no labels)")
 
     def figure(self, m: dict) -> str:
+        if self.task_drop is not None:
+            return f"{self.task_metric or 'task metric'} drop {m['accuracy_drop']:.2f} points"
         return f"drop {m['accuracy_drop']:.2f} points" if self.labelled else f"cosine {m['cosine']:.4f}"
 
 
@@ -85,7 +96,10 @@ class BudgetResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"criterion": "accuracy_drop" if self.budget.labelled else "cosine",
+        criterion = "accuracy_drop" if self.budget.labelled else "cosine"
+        if self.budget.task_drop is not None:
+            criterion = f"task:{self.budget.task_metric}"
+        return {"criterion": criterion,
                 "budget_points": self.budget.max_accuracy_drop, "min_cosine": self.budget.min_cosine,
                 "describe": self.budget.describe(),
                 "initial": self.initial, "final": self.final,
@@ -195,7 +209,7 @@ def contiguous_alternatives(keep: list[str], order: list[str], base: list[str] =
 
 
 def better(budget: Budget, a: dict, b: dict) -> bool:
-    if budget.labelled:
+    if budget.labelled or budget.task_drop is not None:
         return (a["accuracy_drop"], -a["cosine"]) < (b["accuracy_drop"], -b["cosine"])
     return a["cosine"] > b["cosine"]
 

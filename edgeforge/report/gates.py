@@ -1,6 +1,7 @@
 """Quality gates over bench results: one GateResult per gate, device and result.
 
 - ``max_accuracy_drop``: the run's ``drift.accuracy_drop`` (percentage points) <= X;
+- ``max_metric_drop``: the run's ``drift.task.drop`` (points of the ``[task]`` metric) <= X;
 - ``max_p50_ms``: the run's median latency <= Y ms;
 - ``min_int8_speedup``: for each INT8 run, p50(fp32) / p50(int8) >= Z, the fp32 run being the
   same model and target on the same device (see :func:`.pairing.float_counterpart`);
@@ -18,8 +19,8 @@ from dataclasses import asdict, dataclass
 from ..errors import ConfigError, GateFailed
 from .pairing import emulated, emulated_reason, fingerprint_id, float_counterpart, label, p50_ms, precision, short
 
-GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes")
-UNITS = {"max_accuracy_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x", "min_accelerated_nodes": "",
+GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes", "max_metric_drop")
+UNITS = {"max_accuracy_drop": " pts", "max_metric_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x", "min_accelerated_nodes": "",
          "min_throughput": " inf/s", "max_p99_ms": " ms"}   # the last two: edgeforge load
 
 
@@ -45,7 +46,8 @@ class GateResult:
 
 def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, max_p50_ms: float | None = None,
                    min_int8_speedup: float | None = None, *, reference: list[dict] = (),
-                   force: bool = False, min_accelerated_nodes: float | None = None) -> list[GateResult]:
+                   force: bool = False, min_accelerated_nodes: float | None = None,
+                   max_metric_drop: float | None = None) -> list[GateResult]:
     """Evaluate the gates whose threshold is given over ``results``; order: device, gate, result.
 
     ``reference`` holds earlier runs that are not gated themselves but may serve as the fp32
@@ -53,7 +55,7 @@ def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, 
     A latency gate over an emulated run is a ConfigError (exit 2) unless ``force``.
     """
     for flag, value, low in (("max_accuracy_drop", max_accuracy_drop, 0.0), ("max_p50_ms", max_p50_ms, 0.0),
-                             ("min_int8_speedup", min_int8_speedup, 0.0)):
+                             ("min_int8_speedup", min_int8_speedup, 0.0), ("max_metric_drop", max_metric_drop, 0.0)):
         if value is not None and not value >= low:
             raise ConfigError(f"{flag} must be a number >= {low:g}, not {value}")
     if min_accelerated_nodes is not None and not 0.0 <= min_accelerated_nodes <= 1.0:
@@ -70,6 +72,8 @@ def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, 
         on_device = [r for r in results if r["device"]["name"] == device]
         if max_accuracy_drop is not None:
             out += [_accuracy_gate(r, max_accuracy_drop) for r in on_device]
+        if max_metric_drop is not None:
+            out += [metric_gate(r, max_metric_drop) for r in on_device]
         if max_p50_ms is not None:
             out += [_latency_gate(r, max_p50_ms) for r in on_device]
         if min_int8_speedup is not None:
@@ -99,6 +103,20 @@ def _accuracy_gate(r: dict, limit: float) -> GateResult:
     ok = drop <= limit
     return GateResult("max_accuracy_drop", passed=ok, measured=float(drop), threshold=limit,
                       message=f"accuracy drop {drop:.2f} points {'<=' if ok else '>'} {limit:g} allowed", **_base(r))
+
+
+def metric_gate(r: dict, limit: float) -> GateResult:
+    """The task metric's drop (``drift.task``: the host's figure from the device's outputs)."""
+    task = (r.get("drift") or {}).get("task") or {}
+    drop = task.get("drop")
+    if not isinstance(drop, (int, float)):
+        why = f" ({task['skipped']})" if task.get("skipped") else ""
+        return GateResult("max_metric_drop", passed=False, measured=None, threshold=limit,
+                          message=f"no task metric recorded (drift.task.drop){why}", **_base(r))
+    ok = drop <= limit
+    return GateResult("max_metric_drop", passed=ok, measured=float(drop), threshold=limit,
+                      message=f"{task.get('kind')} {task.get('metric')} drop {drop:.2f} points "
+                              f"{'<=' if ok else '>'} {limit:g} allowed", **_base(r))
 
 
 def _latency_gate(r: dict, limit: float) -> GateResult:

@@ -20,7 +20,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
@@ -87,6 +87,9 @@ class Drift(Open):
     accuracy_drop: Any
     max_abs_error: Any
     cosine: Any
+    # [task] builds: {kind, metric, float, artifact, drop} (names fixed: scripts read them),
+    # computed on the host from the device's evaluation outputs; absent/None otherwise
+    task: Optional[dict] = None
 
 
 class Transfer(Open):

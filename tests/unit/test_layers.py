@@ -12,6 +12,7 @@ ROWS = {
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "results": 1, "quant": 1,
     "manifest": 1.2,                    # the build manifest's one model (config's DTypes, describe)
     "init_data": 1,
+    "task": 1.2,                        # task metrics (numpy); user metrics in a child (native)
     "inference": 1.5,                   # an exported program, read in a child (native)
     "project": 2, "targets": 2, "report": 2, "remote_cache": 2,
     "contracts": 3, "options": 3,

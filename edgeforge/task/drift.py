@@ -1,0 +1,61 @@
+"""``drift.task`` of a bench result: the task record computed on the host from the evaluation
+outputs the device's runner sent back (compressed), with the build's reference outputs and
+labels, as verify computed ``verify.task`` on the host."""
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import PassError
+from .evaluate import LABEL_KEYS, Task, evaluate
+
+
+def wants_outputs(manifest: dict) -> bool:
+    """Whether the task needs the device's evaluation outputs (a ``[task]`` was verified)."""
+    return bool(((manifest.get("verify") or {}).get("task") or {}).get("settings"))
+
+
+def _npz(data: bytes) -> dict:
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _outputs(d: dict) -> list:
+    return [d[f"output_{i}"] for i in range(len(d))]
+
+
+def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | None = None) -> dict | None:
+    """The task record of the device's outputs (``event``: the runner's ``outputs`` event),
+    or a record with ``skipped`` saying why there is none."""
+    verified = (manifest.get("verify") or {}).get("task") or {}
+    st = dict(verified.get("settings") or {})
+    if not st:
+        return None
+    empty = {"kind": verified.get("kind"), "metric": verified.get("metric"), "float": None, "artifact": None,
+             "drop": None}
+    if not event or not event.get("npz"):
+        return {**empty, "skipped": (event or {}).get("skipped") or "the runner sent no evaluation outputs"}
+    try:
+        outs = _outputs(_npz(base64.b64decode(event["npz"])))
+        ref = manifest["reference"]
+        reference = _outputs(_npz((Path(build_dir) / ref["outputs"]).read_bytes()))
+        inputs = _npz((Path(build_dir) / ref["inputs"]).read_bytes())
+    except (OSError, ValueError, KeyError) as exc:
+        return {**empty, "skipped": f"the evaluation outputs do not load: {exc}"}
+    labels = {k: v for k, v in inputs.items() if k in LABEL_KEYS}
+    spec, project = st.pop("metric", None), st.pop("project", None)
+    task = Task(**{k: v for k, v in st.items() if k in Task.__dataclass_fields__})
+    user = None
+    if spec:
+        if not project or not Path(project).is_dir():
+            return {**empty, "skipped": f"the task metric {spec} needs its project ({project}), not here"}
+        from .user import user_metric
+
+        user = user_metric(Path(project), spec, log or Path(build_dir) / "bench-metric.log", pass_name="bench")
+    try:
+        return evaluate(task, outs, reference, labels, user, spec or "")
+    except (ValueError, PassError) as exc:
+        return {**empty, "skipped": str(exc)}
