@@ -4,16 +4,30 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import PassError
-from ..native import run_native
+from ..native import last_lines, run_native
 from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
 
 
 def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> int:
+    """paddle2onnx >= 2 on ``model.json`` (PIR) or ``model.pdmodel`` (legacy: it translates the
+    ProgramDesc to PIR itself). No polygraphy folding: its ``POLYGRAPHY_AUTOINSTALL_DEPS=1``
+    would pip-install packages at build time. paddle2onnx 2.1 logs a failed conversion and
+    returns; no model.onnx then is the caller's error."""
+    from ..paddle_env import PIR_FILE, import_paddle, is_pir
+
+    import_paddle()
     import paddle2onnx
 
-    paddle2onnx.export(f"{model_dir}/model.pdmodel", f"{model_dir}/model.pdiparams", out_file,
-                       opset_version=opset, enable_onnx_checker=True, deploy_backend="onnxruntime")
+    program = f"{model_dir}/{PIR_FILE if is_pir(model_dir) else 'model.pdmodel'}"
+    paddle2onnx.export(program, f"{model_dir}/model.pdiparams", out_file, opset_version=opset,
+                       enable_onnx_checker=True, deploy_backend="onnxruntime", optimize_tool="none")
     return 0
+
+
+def program_kind(model_dir: Path) -> str:
+    from ..paddle_env import is_pir
+
+    return "PIR" if is_pir(model_dir) else "legacy"
 
 
 class OnnxConfig(PassConfig):
@@ -23,7 +37,7 @@ class OnnxConfig(PassConfig):
 @register
 class OnnxConvertPass(Pass):
     name = "convert.onnx"
-    version = 1
+    version = 2
     consumes = frozenset({PADDLE_FLOAT})
     produces = ONNX
     Config = OnnxConfig
@@ -38,9 +52,13 @@ class OnnxConvertPass(Pass):
         ctx.log(f"paddle2onnx opset {self.config.opset}")
         run_native(self.name, "paddle2onnx", paddle2onnx_convert, (str(inp.path), str(out), self.config.opset),
                    out_dir / "paddle2onnx.log", suspects=lambda: suspects_for(inp.path, "onnx", []))
-        (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
         if not out.is_file():
-            raise PassError(self.name, "paddle2onnx wrote no model.onnx")
+            log = (out_dir / "paddle2onnx.log").read_text(errors="replace")
+            errors = [ln for ln in log.splitlines() if "[ERROR]" in ln or "Error" in ln]
+            raise PassError(self.name, f"paddle2onnx wrote no model.onnx from the {program_kind(inp.path)} program"
+                            + (f": {last_lines(chr(10).join(errors), 2)}" if errors else ""),
+                            hint="express the op named with ops paddle2onnx converts, or --backend lite")
+        (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
         check_converted(self.name, out)
         size = out.stat().st_size
         return {"file": out.name, "precision": "fp32", "float_size_bytes": size,
