@@ -189,16 +189,12 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
 PROGRAMS = {"legacy": "legacy ProgramDesc (model.pdmodel)", "pir": "PIR program (model.json)"}
 
 
-def _from_inference(project, out_dir: Path, backend: str) -> dict:
-    """An exported program is the float program: probed and copied, in a child. A PIR program
-    for Paddle Lite (it reads only the legacy ProgramDesc) is refused with the re-export."""
-    from ..inference import REEXPORT, export_inference, program_files
+def _from_inference(project, out_dir: Path) -> dict:
+    """An exported program is the float program: probed and copied, in a child."""
+    from ..inference import export_inference, program_files
 
     model, _ = program_files(project.inference)
     route = "pir" if model.suffix == ".json" else "legacy"
-    if route == "pir" and backend == "lite":
-        raise ConfigError(f"[model] inference = {project.spec.model.inference}: {model.name} is a PIR program; "
-                          "Paddle Lite reads only legacy programs (.pdmodel)", hint=REEXPORT)
     read = export_inference(project.inference, out_dir, out_dir.parent / f"{out_dir.name}.export.log")
     record = {"program": f"{PROGRAMS[route]}, an exported inference model", "process": "child", "route": route,
               "source": f"{project.spec.model.inference} ({model.suffix} + .pdiparams, copied)"}
@@ -222,7 +218,7 @@ class ExportPass(Pass):
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         project = ctx.project
         if project.inference is not None:
-            return _from_inference(project, out_dir, ctx.backend)
+            return _from_inference(project, out_dir)
         factory = project.spec.model.factory
         weights = str(project.weights) if project.weights is not None else None
         inputs = [s.model_dump() for s in project.inputs]
@@ -245,9 +241,16 @@ class ExportPass(Pass):
 def routes_for(project, backend: str) -> tuple[str, ...]:
     """The program routes to try, in order: ONNX reads PIR through paddle2onnx >= 2 (the legacy
     program is the fallback), Paddle Lite only the legacy program; an exported inference model
-    has the route of its own file."""
+    has the route of its own file: a PIR one for Paddle Lite (it reads only the legacy
+    ProgramDesc) is refused here, before anything runs, with the re-export that works."""
     if project.inference is not None:
-        from ..inference import program_files
+        from ..inference import REEXPORT, program_files
 
-        return ("pir",) if program_files(project.inference)[0].suffix == ".json" else ("legacy",)
+        model = program_files(project.inference)[0]
+        if model.suffix != ".json":
+            return ("legacy",)
+        if backend == "lite":
+            raise ConfigError(f"[model] inference = {project.spec.model.inference}: {model.name} is a PIR "
+                              "program; Paddle Lite reads only legacy programs (.pdmodel)", hint=REEXPORT)
+        return ("pir",)
     return ("pir", "legacy") if backend == "onnx" else ("legacy",)
