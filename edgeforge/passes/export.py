@@ -103,9 +103,11 @@ def pir_save(paddle, layer, path: str, specs: list) -> None:
 
 
 def jit_save(paddle, layer, path: str, specs: list) -> dict:
-    from .export_compat import legacy_apis
+    from .export_compat import legacy_apis, rnn_dropout_states
 
-    with legacy_apis() as status:
+    with legacy_apis() as status, rnn_dropout_states(paddle, layer) as rnn:
+        if rnn:
+            status["rnn_dropout_states"] = rnn      # recurrent layers given an allocated state
         try:
             paddle.jit.save(layer, path, input_spec=specs)
         except Exception as exc:  # noqa: BLE001
