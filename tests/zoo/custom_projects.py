@@ -38,6 +38,8 @@ CUSTOM = {
     "digits_pir": ("DigitsNet", [("x", [-1, 1, SIZE, SIZE])], ("class",), (200, 32, 3e-3)),
 }
 INFERENCE = {"digits_legacy": "legacy", "digits_pir": "pir"}   # exported, then given as [model] inference
+INPUT_TEXT = {"crnn": "16x64 (4 digits)", "gru_cls": "16 rows x 16", "digits_legacy": "32x32, legacy .pdmodel",
+              "digits_pir": "32x32, PIR .json"}
 SEQ_LEN = 4          # digits per CRNN line
 BLANK = 10
 
@@ -173,7 +175,7 @@ def custom_project(root: Path, name: str, calib: int = 32, evaluation: int = 64,
     with paddle.no_grad():
         out = layer(*[paddle.to_tensor(v) for v in _feeds(name, data, ev).values()])
     outs = out if isinstance(out, (list, tuple)) else [out]
-    facts = {"size": SIZE, "steps": steps, "batch": batch, "lr": lr, "loss": float(loss), "seconds": seconds,
+    facts = {"size": SIZE, "input": INPUT_TEXT.get(name), "steps": steps, "batch": batch, "lr": lr, "loss": float(loss), "seconds": seconds,
              "float_accuracy": _accuracy(name, outs, data, ev),
              "accuracy_kind": {"mask_logits": "pixel", "ctc": "line"}.get(CUSTOM[name][2][0], "class")}
     from paddle.nn.layer.rnn import RNNBase

@@ -171,7 +171,9 @@ def render_table(results: dict[tuple[str, str], Cell], wall_s: float | None, *, 
         n = noise.get(arch)
         f = facts.get(arch) or {}
         kind = " pixel acc." if f.get("accuracy_kind") == "pixel" else ""
-        model = (f"{f['size']}x{f['size']}, {f['float_accuracy']:.0%}{kind} ({f['steps']} steps)" if f else "—")
+        kind = " line acc." if f.get("accuracy_kind") == "line" else kind
+        shape = f.get("input") or f"{f.get('size')}x{f.get('size')}"
+        model = (f"{shape}, {f['float_accuracy']:.0%}{kind} ({f['steps']} steps)" if f else "—")
         lines.append(f"| {arch} | {model} | " + " | ".join(mark(results.get((arch, c))) for c in COLUMNS)
                      + f" | {'cos %.4f' % n if n is not None else '—'} |")
     totals = []
