@@ -93,30 +93,30 @@ def _base(r: dict) -> dict:
             "artifact_sha256": r["artifact"]["sha256"], "fingerprint": fingerprint_id(r)}
 
 
-def _accuracy_gate(r: dict, limit: float) -> GateResult:
-    drift = r.get("drift") or {}
-    drop = drift.get("accuracy_drop")
+def _drop_gate(r: dict, name: str, section: dict, key: str, missing: str, what: str,
+               limit: float) -> GateResult:
+    """``section[key]``, a drop in points, against ``limit``; a missing figure fails with
+    ``missing`` and the reason it was skipped, if the run gave one."""
+    drop = section.get(key)
     if not isinstance(drop, (int, float)):
-        why = f" ({drift['skipped']})" if drift.get("skipped") else ""
-        return GateResult("max_accuracy_drop", passed=False, measured=None, threshold=limit,
-                          message=f"no accuracy drop recorded (drift.accuracy_drop){why}", **_base(r))
+        why = f" ({section['skipped']})" if section.get("skipped") else ""
+        return GateResult(name, passed=False, measured=None, threshold=limit, message=f"{missing}{why}",
+                          **_base(r))
     ok = drop <= limit
-    return GateResult("max_accuracy_drop", passed=ok, measured=float(drop), threshold=limit,
-                      message=f"accuracy drop {drop:.2f} points {'<=' if ok else '>'} {limit:g} allowed", **_base(r))
+    return GateResult(name, passed=ok, measured=float(drop), threshold=limit,
+                      message=f"{what} {drop:.2f} points {'<=' if ok else '>'} {limit:g} allowed", **_base(r))
+
+
+def _accuracy_gate(r: dict, limit: float) -> GateResult:
+    return _drop_gate(r, "max_accuracy_drop", r.get("drift") or {}, "accuracy_drop",
+                      "no accuracy drop recorded (drift.accuracy_drop)", "accuracy drop", limit)
 
 
 def metric_gate(r: dict, limit: float) -> GateResult:
     """The task metric's drop (``drift.task``: the host's figure from the device's outputs)."""
     task = (r.get("drift") or {}).get("task") or {}
-    drop = task.get("drop")
-    if not isinstance(drop, (int, float)):
-        why = f" ({task['skipped']})" if task.get("skipped") else ""
-        return GateResult("max_metric_drop", passed=False, measured=None, threshold=limit,
-                          message=f"no task metric recorded (drift.task.drop){why}", **_base(r))
-    ok = drop <= limit
-    return GateResult("max_metric_drop", passed=ok, measured=float(drop), threshold=limit,
-                      message=f"{task.get('kind')} {task.get('metric')} drop {drop:.2f} points "
-                              f"{'<=' if ok else '>'} {limit:g} allowed", **_base(r))
+    return _drop_gate(r, "max_metric_drop", task, "drop", "no task metric recorded (drift.task.drop)",
+                      f"{task.get('kind')} {task.get('metric')} drop", limit)
 
 
 def _latency_gate(r: dict, limit: float) -> GateResult:
