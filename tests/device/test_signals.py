@@ -127,8 +127,15 @@ def test_sigterm_during_a_build_is_a_clean_130(builds, tmp_path):
     proc = run_cli_subprocess("build", builds.project, "--target", "linux-x86", "--precision", "fp32",
                               "--no-cache", "--out", tmp_path / "out")
     try:
-        time.sleep(2.5)             # past start-up (~1 s), inside the build
-        assert proc.poll() is None, proc.communicate()
+        # inside the build: its --out lock exists once the passes are about to run (the signal
+        # handlers are long installed by then). A fixed sleep was too short on a loaded CI host:
+        # the signal came during Python's start-up and killed it (-15) before edgeforge ran.
+        lock = tmp_path / "out.lock"
+        deadline = time.monotonic() + 60
+        while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert lock.exists() and proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
