@@ -76,12 +76,23 @@ def plan_passes(project: Project, build: ResolvedBuild):
                        eval_digest=eval_digest)
     vt = build.valid_targets
     passes = [ExportPass()]
+    prune = build.prune if build.prune is not None else project.spec.prune.flops
+    if prune is not None:
+        if build.qat:
+            raise ConfigError("--prune and --qat together are not supported: QAT rebuilds the unpruned "
+                              "model from its factory", hint="drop one of them")
+        from .passes.prune import PruneConfig, PrunePass
+
+        sec = project.spec.prune
+        passes.append(PrunePass(PruneConfig(flops=prune, steps=sec.steps, max_seconds=sec.max_seconds,
+                                            lr=sec.lr, batch_size=sec.batch_size, quant=qcfg)))
+    qat_on = prune is None and build.qat is not False and (build.qat or project.spec.quantization.qat.auto)
     if build.legalize:
         passes.append(LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt)))
     if backend == "lite":
         if precision == "int8":
             passes.append(PaddlePTQPass(qcfg))
-            if build.qat is not False and (build.qat or project.spec.quantization.qat.auto):
+            if qat_on:
                 from .passes.qat import QatPass, qat_config
 
                 passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat), 13,
@@ -95,7 +106,7 @@ def plan_passes(project: Project, build: ResolvedBuild):
         passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset)))
         if precision == "int8":
             passes.append(OnnxQuantizePass(qcfg))
-            if build.qat is not False and (build.qat or project.spec.quantization.qat.auto):
+            if qat_on:
                 from .passes.qat import QatPass, qat_config
 
                 passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat),

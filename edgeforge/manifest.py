@@ -130,6 +130,7 @@ class BuildMeta(BaseModel):
     int8_vs_fp32: Optional[dict[str, Any]] = None   # host stand-in: both timed interleaved
     rewrites: list[dict[str, Any]] = []           # legalize rewrites and their op counts
     qat: Optional[dict[str, Any]] = None          # quantize.qat: entered, shipped, why, loss curve
+    prune: Optional[dict[str, Any]] = None        # prune: FLOPs, size, host latency, metric before/after
 
     def manifest_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name, f in type(self).model_fields.items()

@@ -63,6 +63,7 @@ class BuildOptions(_Options):
     calibration_search: bool = False
     float_fallback: bool = True                       # on a missed budget: float layers
     qat: Optional[bool] = None                        # --qat / --no-qat; None: [quantization.qat] auto
+    prune: Optional[float] = Field(None, gt=0, le=0.95, allow_inf_nan=False)  # --prune: FLOPs share; None: [prune]
     legalize: bool = True
     no_cache: bool = False
     cache_dir: Optional[PathLike] = None
@@ -85,7 +86,7 @@ class BuildOptions(_Options):
                                else self.max_accuracy_drop),
             min_cosine=q.min_cosine if self.min_cosine is None else self.min_cosine,
             calibration_search=self.calibration_search, float_fallback=self.float_fallback,
-            qat=self.qat, legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir,
+            qat=self.qat, prune=self.prune, legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir,
             remote_cache=self.remote_cache, remote_cache_mode=self.remote_cache_mode,
             remote_timeout=self.remote_timeout)
 
@@ -106,6 +107,7 @@ class ResolvedBuild:
     calibration_search: bool
     float_fallback: bool
     qat: bool | None                 # True: --qat, False: --no-qat, None: the project's auto
+    prune: float | None              # --prune: the FLOPs share to remove; None: the project's [prune]
     legalize: bool
     use_cache: bool
     cache_dir: PathLike | None

@@ -62,6 +62,15 @@ class QatSection(Strict):
     batch_size: int = Field(32, gt=0, le=4096)
 
 
+class PruneSection(Strict):
+    """[prune]: structured filter pruning, then a distillation fine-tune (the prune pass)."""
+    flops: Optional[float] = Field(None, gt=0, le=0.95)   # the share of FLOPs to remove; --prune
+    steps: int = Field(300, gt=0, le=100_000)
+    max_seconds: float = Field(240.0, gt=0, le=86400)
+    lr: float = Field(1e-4, gt=0, le=1)
+    batch_size: int = Field(32, gt=0, le=4096)
+
+
 class QuantizationSection(Strict):
     qat: QatSection = Field(default_factory=QatSection)
 
@@ -116,6 +125,7 @@ class ProjectSpec(Strict):
     model: ModelSection
     data: DataSection
     quantization: QuantizationSection = Field(default_factory=QuantizationSection)
+    prune: PruneSection = Field(default_factory=PruneSection)
     task: Optional[TaskSection] = None
     preprocess: Optional[PreprocessSection] = None
 

@@ -136,6 +136,7 @@ cosine = number(float, "a cosine", at_most=1)
 milliseconds = number(float, "milliseconds", allow_zero=True, at_most=3_600_000)
 speedup = number(float, "a speed-up factor", allow_zero=True, at_most=1000)
 share = number(float, "a share", allow_zero=True, at_most=1)
+flops_share = number(float, "a FLOPs share", at_most=0.95)    # --prune
 priority = number(int, "a priority", allow_zero=True, at_most=MAX_PRIORITY)
 
 
@@ -179,6 +180,9 @@ def add_build_flags(p, full: bool = True) -> None:
     p.add_argument("--qat", action=argparse.BooleanOptionalAction, default=None,
                    help="quantization-aware fine-tuning by distillation (ONNX INT8): ship it when "
                         "every layer is INT8 within the budget, else PTQ ([quantization.qat])")
+    p.add_argument("--prune", type=flops_share, metavar="SHARE",
+                   help="remove this share of the FLOPs (0 to 0.95) with L1-norm filter pruning, then "
+                        "fine-tune by distillation; a missed accuracy budget is exit 1 ([prune])")
     p.add_argument("--no-legalize", action="store_true",
                    help="skip the legalize pass and pre-flight: hand the raw export to the "
                         "converter (debugging)")
@@ -246,6 +250,8 @@ def build_options(args, **extra):
         given["legalize"] = not args.no_legalize
     if getattr(args, "qat", None) is not None:
         given["qat"] = args.qat
+    if getattr(args, "prune", None) is not None:
+        given["prune"] = args.prune
     for flag in ("remote_cache", "remote_cache_mode", "remote_timeout"):
         if getattr(args, flag, None) is not None:
             given[flag] = getattr(args, flag)

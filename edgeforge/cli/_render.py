@@ -85,10 +85,34 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     if qat.get("entered"):
         con.print(escape_text(f"QAT ({qat.get('steps')} steps, {qat.get('seconds')}s): shipped "
                               f"{qat['shipped'].upper()}: {qat['why']}"), soft_wrap=False)
+    for line in prune_lines(m.get("prune")):
+        con.print(escape_text(line), soft_wrap=False)
     if m.get("calibration_search"):
         con.print("calibration search: " + ", ".join(
             f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
             + f" -> {m['quantization']['algo']}", soft_wrap=False)
+
+
+def prune_lines(rec: dict | None) -> list[str]:
+    """The prune record as summary lines (each under 80 columns): FLOPs, size, host latency,
+    the metric before and after."""
+    if not rec:
+        return []
+    lines = [f"pruned: FLOPs {rec['flops_before'] / 1e6:.1f}M -> {rec['flops_after'] / 1e6:.1f}M "
+             f"(-{rec['flops_removed']:.1%}), params {rec['params_before'] / 1e6:.2f}M -> "
+             f"{rec['params_after'] / 1e6:.2f}M",
+             f"pruned: float size {rec['size_before'] / 1e6:.2f} -> {rec['size_after'] / 1e6:.2f} MB; "
+             f"{rec['steps']} fine-tune steps in {rec['seconds']:.1f}s"]
+    host = rec.get("host") or {}
+    if host:
+        lines.append(f"pruned: host p50 {host['before_p50_ms']:.3f} -> {host['after_p50_ms']:.3f} ms "
+                     "(Paddle Inference here)")
+    if "accuracy_before" in rec:
+        lines.append(f"pruned: accuracy {rec['accuracy_before']:.2%} -> {rec['accuracy_after']:.2%} "
+                     f"(budget: {rec['budget']})")
+    else:
+        lines.append(f"pruned vs unpruned: {rec['figure']} (budget: {rec['budget']})")
+    return lines
 
 
 def escape_text(text: str) -> str:

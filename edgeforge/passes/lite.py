@@ -104,5 +104,5 @@ class LiteConvertPass(Pass):
         for log in out_dir.glob("*.opt.log"):
             log.unlink()
         meta.update({k: v for k, v in inp.meta.items()
-                     if k in ("keep_float", "quantization", "rewrites", "calibration_search", "qat")})
+                     if k in ("keep_float", "quantization", "rewrites", "calibration_search", "qat", "prune")})
         return meta

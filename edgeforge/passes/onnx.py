@@ -44,7 +44,7 @@ class OnnxConvertPass(Pass):
         check_converted(self.name, out)
         size = out.stat().st_size
         return {"file": out.name, "precision": "fp32", "float_size_bytes": size,
-                **{k: v for k, v in inp.meta.items() if k in ("rewrites",)}}
+                **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")}}
 
 
 class Fp16Config(PassConfig):

@@ -12,9 +12,7 @@ The artifact then goes through verify (accuracy, the target's runtime contract) 
 """
 from __future__ import annotations
 
-import json
 import shutil
-import threading
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +21,7 @@ from pydantic import Field
 
 from ..errors import ConfigError, PassError
 from ..native import run_native
+from .distill import ProgressWatcher
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 from .quantize import ONNX_QUANTIZABLE, QuantConfig, evaluation_set, make_budget, runner_outputs
 
@@ -152,16 +151,10 @@ class QatPass(Pass):
         weights = str(project.weights) if project.weights is not None else None
         args = (str(project.root), project.spec.model.factory, weights, [s.model_dump() for s in project.inputs],
                 str(work / "calibration.npz"), settings, str(work / "program"), str(progress))
-        stop = threading.Event()
-        watcher = threading.Thread(target=_show_progress, args=(progress, cfg.steps, ctx.log, stop), daemon=True)
-        watcher.start()
-        try:
+        with ProgressWatcher(progress, cfg.steps, ctx.log, "QAT"):
             result = run_native(self.name, "QAT fine-tune", qat_job, args, work / "qat.log",
                                 timeout=cfg.max_seconds + _TIMEOUT_PAD_S,
                                 hint=f"see {work / 'qat.log'}; --no-qat ships the PTQ result")
-        finally:
-            stop.set()
-            watcher.join(timeout=5)
         if "error" in result:
             cls, message, hint = result["error"]
             raise (ConfigError(message, hint=hint) if cls == "config" else PassError(self.name, message, hint=hint))
@@ -247,23 +240,6 @@ def _paddle_reference(ctx: PassContext, feeds: dict) -> list:
     from ..paddle_env import paddle_inference
 
     return paddle_inference(ctx.history[PADDLE_FLOAT].path, feeds)
-
-
-def _show_progress(path: Path, steps: int, log, stop: threading.Event, every: float = 2.0) -> None:
-    """Tail the child's progress file: one line every few seconds (step, loss, seconds)."""
-    shown = 0
-    while not stop.wait(every):
-        try:
-            lines = path.read_text().splitlines()
-        except OSError:
-            continue
-        if len(lines) > shown:
-            try:
-                last = json.loads(lines[-1])
-            except ValueError:
-                continue
-            shown = len(lines)
-            log(f"QAT step {last['step']}/{steps}: loss {last['loss']:.5f} ({last['seconds']:.0f}s)")
 
 
 def qat_config(project_qat, quant: QuantConfig, force: bool, opset: int,

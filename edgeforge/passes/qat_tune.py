@@ -17,8 +17,6 @@ Runs in a child process (:func:`edgeforge.native.run_native`): the user's model 
 """
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 QAT_CONFIG = {"weight_quantize_type": "channel_wise_abs_max",
@@ -46,6 +44,7 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     import numpy as np
 
     from ..paddle_env import import_paddle
+    from .distill import distill
     from .export import build_layer, jit_save
     from .quantize import quiet_stdout
 
@@ -58,7 +57,6 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     student = build_layer(paddle, root, factory, weights)
     arrays = dict(np.load(data))
     names = [s["name"] for s in inputs]
-    n = len(arrays[names[0]])
     probe = [paddle.to_tensor(arrays[k][:8]) for k in names]
     try:
         fused = fuse_conv_bn(paddle, student, teacher, probe)
@@ -71,36 +69,8 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     quanter = QAT(config=config)
     with quiet_stdout():
         quanter.quantize(student)
-    student.train()
-    # batch norm keeps the statistics the float model was trained with: only weights move
-    for sub in student.sublayers():
-        if isinstance(sub, paddle.nn.layer.norm._BatchNormBase):
-            sub.eval()
-    opt = paddle.optimizer.Adam(learning_rate=float(settings["lr"]), parameters=student.parameters())
-    batch = int(settings["batch_size"])
-    rng = np.random.default_rng(0)
-    losses: list[float] = []
-    t0 = time.perf_counter()
-    stopped_by = "steps"
-    with open(progress, "w") as prog:
-        for step in range(int(settings["steps"])):
-            if time.perf_counter() - t0 > float(settings["max_seconds"]):
-                stopped_by = "max_seconds"
-                break
-            idx = rng.choice(n, size=min(batch, n), replace=False)
-            feeds = [paddle.to_tensor(arrays[k][idx]) for k in names]
-            with paddle.no_grad():
-                ref = _outputs(teacher(*feeds))
-            got = _outputs(student(*feeds))
-            loss = sum(paddle.mean((g - r) ** 2) / (paddle.mean(r ** 2) + 1e-8) for g, r in zip(got, ref))
-            loss.backward()
-            opt.step()
-            opt.clear_grad()
-            losses.append(float(loss))
-            prog.write(json.dumps({"step": step + 1, "loss": losses[-1],
-                                   "seconds": round(time.perf_counter() - t0, 2)}) + "\n")
-            prog.flush()
-    seconds = time.perf_counter() - t0
+    run = distill(paddle, student, teacher, arrays, names, settings, progress)
+    losses, seconds, stopped_by = run["losses"], run["seconds"], run["stopped_by"]
     # the tuned float weights in the plain (batch-norm folded) model: the same quantizer as
     # PTQ's then writes the target's INT8 scheme, so the contracts and conversions are PTQ's
     plain = build_layer(paddle, root, factory, weights)
@@ -128,6 +98,8 @@ def fuse_conv_bn(paddle, model, reference, probe: list) -> int:
     ``fuse_conv_bn`` fuses a copy and drops it (Paddle 3.3.1). Undone if the outputs move."""
     from paddle.quantization.imperative.fuse_utils import fuse_layers
 
+    from .distill import outputs
+
     pairs = []
     for parent_name, parent in [("", model), *model.named_sublayers()]:
         kids = list(parent.named_children())
@@ -141,13 +113,10 @@ def fuse_conv_bn(paddle, model, reference, probe: list) -> int:
     model.eval()
     fuse_layers(model, pairs, inplace=True)
     with paddle.no_grad():
-        got, ref = _outputs(model(*probe)), _outputs(reference(*probe))
+        got, ref = outputs(model(*probe)), outputs(reference(*probe))
     err = max(float(paddle.max(paddle.abs(g - r))) / (float(paddle.max(paddle.abs(r))) + 1e-8)
               for g, r in zip(got, ref))
     if err > 1e-3:
         raise RuntimeError(f"folding batch norm into conv moved the outputs (relative {err:.2e})")
     return len(pairs)
 
-
-def _outputs(out) -> list:
-    return list(out) if isinstance(out, (list, tuple)) else [out]

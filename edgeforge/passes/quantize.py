@@ -143,7 +143,7 @@ class PaddlePTQPass(Pass):
         for p in model.iterdir():
             shutil.copy2(p, out_dir / p.name)
         shutil.copytree(inp.path, out_dir / "float")
-        meta.update(precision="int8", **{k: v for k, v in inp.meta.items() if k == "rewrites"})
+        meta.update(precision="int8", **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")})
         if self.fast_kl:
             meta["quantization"]["fast_kl"] = dict(self.fast_kl)
             if not self.fast_kl["enabled"]:
@@ -349,7 +349,7 @@ class OnnxQuantizePass(Pass):
         meta["quantization"]["scheme"] = dict(self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag,
                                               host_cpu_flags=flags)
         meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
-                     **{k: v for k, v in inp.meta.items() if k == "rewrites"}})
+                     **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")}})
         if plain_path is not None:
             meta["accuracy_budget"]["cost"] = onnx_cost(plain_path, final, meta.get("int8_vs_fp32"))
         return meta

@@ -1,0 +1,96 @@
+"""Fine-tuning by distillation: a student model learns its float teacher's outputs.
+
+Shared by the child sides of ``quantize.qat`` (:mod:`.qat_tune`: the student carries fake
+quantization) and ``prune`` (:mod:`.prune_tune`: the student lost filters). The loss is each
+output's mean squared error relative to the teacher's own energy, on batches drawn from the
+calibration data: no labels and no user training loop. Batch norm keeps the statistics the
+float model was trained with (only weights move). Bounded by steps and wall time; each step
+is one JSON line in ``progress``, which the parent tails (:func:`show_progress`).
+
+Runs in a child process (the user's model code does).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+
+def distill(paddle, student, teacher, arrays: dict, names: list[str], settings: dict,
+            progress: Path) -> dict:
+    """Train ``student`` in place. ``settings``: steps, max_seconds, lr, batch_size.
+    Returns ``{"losses", "seconds", "stopped_by"}``."""
+    import numpy as np
+
+    student.train()
+    for sub in student.sublayers():
+        if isinstance(sub, paddle.nn.layer.norm._BatchNormBase):
+            sub.eval()
+    opt = paddle.optimizer.Adam(learning_rate=float(settings["lr"]), parameters=student.parameters())
+    batch = int(settings["batch_size"])
+    n = len(arrays[names[0]])
+    rng = np.random.default_rng(0)
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    stopped_by = "steps"
+    with open(progress, "w") as prog:
+        for step in range(int(settings["steps"])):
+            if time.perf_counter() - t0 > float(settings["max_seconds"]):
+                stopped_by = "max_seconds"
+                break
+            idx = rng.choice(n, size=min(batch, n), replace=False)
+            feeds = [paddle.to_tensor(arrays[k][idx]) for k in names]
+            with paddle.no_grad():
+                ref = outputs(teacher(*feeds))
+            got = outputs(student(*feeds))
+            loss = sum(paddle.mean((g - r) ** 2) / (paddle.mean(r ** 2) + 1e-8) for g, r in zip(got, ref))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            losses.append(float(loss))
+            prog.write(json.dumps({"step": step + 1, "loss": losses[-1],
+                                   "seconds": round(time.perf_counter() - t0, 2)}) + "\n")
+            prog.flush()
+    student.eval()
+    return {"losses": losses, "seconds": time.perf_counter() - t0, "stopped_by": stopped_by}
+
+
+def outputs(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def show_progress(path: Path, steps: int, log, stop: threading.Event, label: str,
+                  every: float = 2.0) -> None:
+    """Tail the child's progress file: one line every few seconds (step, loss, seconds)."""
+    shown = 0
+    while not stop.wait(every):
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        if len(lines) > shown:
+            try:
+                last = json.loads(lines[-1])
+            except ValueError:
+                continue
+            shown = len(lines)
+            log(f"{label} step {last['step']}/{steps}: loss {last['loss']:.5f} ({last['seconds']:.0f}s)")
+
+
+class ProgressWatcher:
+    """``with ProgressWatcher(path, steps, log, "QAT"):`` tails ``path`` while the child runs."""
+
+    def __init__(self, path: Path, steps: int, log, label: str):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=show_progress, args=(path, steps, log, self._stop, label),
+                                        daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return False
