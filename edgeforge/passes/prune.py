@@ -56,7 +56,7 @@ class PrunePass(Pass):
         if getattr(ctx.project.spec.model, "factory", None) is None:
             raise ConfigError("--prune rebuilds the model from its code: [model] needs a factory",
                               hint="an exported inference program cannot be pruned here; drop --prune")
-        ctx.log(f"prune: removing {cfg.flops:.0%} of the FLOPs (L1-norm filters), then up to "
+        ctx.log(f"removing {cfg.flops:.0%} of the FLOPs (L1-norm filters), then up to "
                 f"{cfg.steps} steps or {cfg.max_seconds:g}s of distillation")
         record = self._tune(ctx, out_dir)
         feeds, labels = evaluation_set(ctx)
@@ -74,7 +74,7 @@ class PrunePass(Pass):
         record["host"] = _host_latency(inp.path, out_dir, {n: a[:1] for n, a in feeds.items()})
         meta = dict(inp.meta)
         meta["prune"] = record
-        ctx.log(f"prune: {record['flops_removed']:.1%} of the FLOPs removed (filters x{1 - record['filter_ratio']:.3f}), "
+        ctx.log(f"{record['flops_removed']:.1%} of the FLOPs removed (filters x{1 - record['filter_ratio']:.3f}), "
                 f"{budget.figure(measured)} against the unpruned model")
         if not record["met"]:
             raise GateFailed(f"pass prune: the pruned model misses the accuracy budget ({budget.describe()}): "
@@ -101,7 +101,7 @@ class PrunePass(Pass):
         weights = str(project.weights) if project.weights is not None else None
         args = (str(project.root), project.spec.model.factory, weights, [s.model_dump() for s in project.inputs],
                 str(work / "calibration.npz"), settings, str(out_dir), str(progress))
-        with ProgressWatcher(progress, cfg.steps, ctx.log, "prune fine-tune"):
+        with ProgressWatcher(progress, cfg.steps, ctx.log, "fine-tune"):
             result = run_native(self.name, "pruning and fine-tune", prune_job, args, work / "prune.log",
                                 timeout=cfg.max_seconds + _TIMEOUT_PAD_S,
                                 hint=f"see {work / 'prune.log'}; drop --prune to build the model as it is")
