@@ -107,6 +107,7 @@ def plan_passes(project: Project, build: ResolvedBuild):
         min_cosine=build.min_cosine, data_digest=eval_digest,
         task=project.spec.task.model_dump() if project.spec.task is not None else None,
         preprocess=project.spec.preprocess.model_dump() if project.spec.preprocess is not None else None,
+        postprocess=project.spec.postprocess.model_dump() if project.spec.postprocess is not None else None,
         images_digest=_images_digest(project))))
     return passes
 

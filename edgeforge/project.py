@@ -111,6 +111,23 @@ class PreprocessSection(Strict):
         return self
 
 
+class PostprocessSection(Strict):
+    """[postprocess]: what turns the model's outputs into the task's answers, run by the runner
+    (on the host in verify, on the device in bench): top-k (softmax), CTC greedy decoding, or
+    box decoding + NMS for a detector whose graph has none (scores [N, C, A], boxes [N, A, 4])."""
+    op: Literal["none", "topk", "ctc_greedy", "nms"]
+    output: int = Field(0, ge=0, le=63)             # topk, ctc_greedy: the output read
+    k: int = Field(5, ge=1, le=1000)                # topk
+    softmax: bool = True                            # topk: scores as probabilities
+    blank: Optional[int] = Field(None, ge=0)        # ctc_greedy (default: [task] blank)
+    time_axis: Optional[Literal[0, 1]] = None       # ctc_greedy (default: [task] time_axis)
+    boxes: int = Field(0, ge=0, le=63)              # nms: the output holding boxes [N, A, 4]
+    scores: int = Field(1, ge=0, le=63)             # nms: the output holding scores [N, C, A]
+    score_threshold: float = Field(0.05, ge=0, le=1)
+    iou_threshold: float = Field(0.5, gt=0, le=1)
+    keep_top_k: int = Field(100, ge=1, le=1000)
+
+
 class ProjectSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: ModelSection
@@ -118,6 +135,7 @@ class ProjectSpec(Strict):
     quantization: QuantizationSection = Field(default_factory=QuantizationSection)
     task: Optional[TaskSection] = None
     preprocess: Optional[PreprocessSection] = None
+    postprocess: Optional[PostprocessSection] = None
 
 
 class Project:

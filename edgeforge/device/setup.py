@@ -3,7 +3,8 @@
 1. ask the device (one small stdlib program) for its architecture, Python version and C library:
    the platform its wheels must be built for;
 2. ``pip download --only-binary=:all: --platform ... --python-version ... --implementation cp`` on
-   the host: numpy and onnxruntime (the host's versions, so device and host compute alike), with
+   the host: numpy, onnxruntime and Pillow (the host's versions, so device and host compute alike;
+   Pillow decodes and pre-processes images for ``bench --end-to-end``), with
    their dependencies, into ``<cache>/wheels/<platform>/``;
 3. upload each wheel under its sha256 to ``<workdir>/wheels/`` (a wheel the device holds is not sent);
 4. unpack them on the device (wheels are zip files; no pip is needed there) into
@@ -103,6 +104,7 @@ def runtime_packages(target: str) -> tuple[list[str], list[str]]:
         notes.append(LITE_NOTE)
     elif "lite" in backends:
         reqs.append(_pinned("paddlelite"))
+    reqs.append(_pinned("pillow"))      # decode and pre-process: [preprocess] and bench --end-to-end
     return reqs, notes
 
 

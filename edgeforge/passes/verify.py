@@ -33,6 +33,7 @@ class VerifyConfig(PassConfig):
     data_digest: str = ""
     task: Optional[dict] = None                        # [task], as declared (part of the key)
     preprocess: Optional[dict] = None                  # [preprocess], as declared
+    postprocess: Optional[dict] = None                 # [postprocess], as declared
     images_digest: str = ""                            # its images
 
 
@@ -78,8 +79,20 @@ class VerifyPass(Pass):
 
         spec = (self.config.task or {}).get("metric")
         user = user_metric(ctx.project.root, spec, ctx.workdir / "verify-metric.log") if spec else None
+        post, how = self.declared_post(task), {}
+        if post is not None:        # the answers of the runner's post-processing are compared
+            from ..task.post import answer_figures, answers_of
+
+            try:
+                outs = None if outs is None else answers_of(outs, post)
+                reference = answers_of(reference, post)
+            except (ValueError, IndexError) as exc:
+                raise PassError(self.name, f"[postprocess] op = \"{post['op']}\": {exc}",
+                                hint="check [postprocess] (output indices) in edgeforge.toml") from None
+            how = {"figures_of": answer_figures}
         try:
-            rec = evaluate(task, outs if outs is not None else reference, reference, labels, user, spec or "")
+            rec = evaluate(task, outs if outs is not None else reference, reference, labels, user, spec or "",
+                           **how)
         except ValueError as exc:
             if self.config.task is not None:
                 raise PassError(self.name, f"[task] kind = \"{task.kind}\": {exc}",
@@ -87,14 +100,42 @@ class VerifyPass(Pass):
             return {"kind": task.kind, "metric": None, "float": None, "artifact": None, "drop": None,
                     "skipped": str(exc)}
         # what bench needs to compute the same record from the device's outputs
-        if self.config.task is not None:
-            rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root)}
+        if self.config.task is not None or post is not None:
+            rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root),
+                               **({"postprocess": post} if post is not None else {})}
         if outs is None:
             rec.update(artifact=None, drop=None)
             rec["figures"].pop("artifact", None)
         drop = "" if rec["drop"] is None else f", drop {rec['drop']:.2f} points"
         ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
         return rec
+
+    def declared_post(self, task) -> dict | None:
+        """The declared [postprocess] as pipeline.json holds it (None: none declared)."""
+        from ..task.post import check, resolve
+
+        if self.config.postprocess is None or self.config.postprocess.get("op") == "none":
+            return None
+        post = resolve(self.config.postprocess, self.config.task)
+        bad = check(post, task.kind)
+        if bad:
+            raise ConfigError(bad, hint="match [task] kind, or drop [postprocess]")
+        return post
+
+    def carry_images(self, out_dir: Path, ctx: PassContext) -> list[str]:
+        """The [preprocess] images (at most 16), copied under reference/images/ for bench
+        --end-to-end: their paths in the build."""
+        from ..task import parity
+
+        folder = ctx.project.path(self.config.preprocess["images"])
+        dest = out_dir / "reference" / "images"
+        dest.mkdir(parents=True, exist_ok=True)
+        rels = []
+        for i, p in enumerate(parity.images(folder) if folder.is_dir() else []):
+            name = f"image_{i:02d}{p.suffix.lower()}"
+            shutil.copyfile(p, dest / name)
+            rels.append(f"reference/images/{name}")
+        return rels
 
     def preprocess_parity(self, float_dir: Path, ctx: PassContext) -> dict:
         """[preprocess] against its reference: tensors, then the float model's outputs on both.
@@ -130,6 +171,7 @@ class VerifyPass(Pass):
         import json
 
         from ..task.parity import steps_of
+        from ..task.post import resolve
 
         pre, task = self.config.preprocess, self.config.task or {}
         spec = next((sp for sp in ctx.project.inputs if pre and sp.name == pre["input"]), ctx.project.inputs[0])
@@ -137,8 +179,8 @@ class VerifyPass(Pass):
                "input": {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape),
                          "layout": pre["layout"] if pre else None},
                "preprocess": steps_of(pre) if pre else [],
-               "postprocess": {k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
-                               if k in task},
+               "postprocess": {**{k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
+                                  if k in task}, **resolve(self.config.postprocess, self.config.task)},
                "labels": list(task.get("label_names") or []),
                "precision": precision}
         (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -226,11 +268,13 @@ class VerifyPass(Pass):
             result["contract"] = contract
         if preprocess is not None:
             result["preprocess"] = preprocess
-        if cfg.preprocess is not None or cfg.task is not None:
+        if cfg.preprocess is not None or cfg.task is not None or cfg.postprocess is not None:
             self.write_pipeline(out_dir, ctx, precision)
         meta = {k: v for k, v in inp.meta.items()}
         meta["verify"] = result
         meta["num_eval_samples"] = int(len(feeds[names[0]]))
+        if cfg.preprocess is not None:
+            meta["reference_images"] = self.carry_images(out_dir, ctx)
         meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)
         return meta
 

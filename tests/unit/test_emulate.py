@@ -27,7 +27,8 @@ def test_runtime_packages_pin_the_host_versions_and_explain_lite():
     from importlib.metadata import version
 
     reqs, notes = runtime_packages("rpi4")
-    assert reqs == [f"numpy=={version('numpy')}", f"onnxruntime=={version('onnxruntime')}"]
+    assert reqs == [f"numpy=={version('numpy')}", f"onnxruntime=={version('onnxruntime')}",
+                    f"pillow=={version('pillow')}"]     # Pillow: bench --end-to-end decodes with it
     assert len(notes) == 1 and "no ARM paddlelite wheel" in notes[0] and "docs/emulated-arm.md" in notes[0]
     reqs, notes = runtime_packages("jetson-orin")
     assert notes == [] and reqs[1].startswith("onnxruntime==")
