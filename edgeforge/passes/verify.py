@@ -99,6 +99,8 @@ class VerifyPass(Pass):
                                 hint="check [task] and [data] label_output in edgeforge.toml") from None
             return {"kind": task.kind, "metric": None, "float": None, "artifact": None, "drop": None,
                     "skipped": str(exc)}
+        if post is not None:
+            rec["postprocess"] = post["op"]
         # what bench needs to compute the same record from the device's outputs
         if self.config.task is not None or post is not None:
             rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root),

@@ -67,6 +67,9 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
 
         user = user_metric(Path(project), spec, log or Path(build_dir) / "bench-metric.log", pass_name="bench")
     try:
-        return evaluate(task, outs, reference, labels, user, spec or "", **how)
+        rec = evaluate(task, outs, reference, labels, user, spec or "", **how)
+        if how:
+            rec["postprocess"] = post["op"]      # the device's answers were compared
+        return rec
     except (ValueError, PassError) as exc:
         return {**empty, "skipped": str(exc)}
