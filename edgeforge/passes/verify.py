@@ -25,6 +25,9 @@ from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassCon
 from .lite import lite_outputs
 
 
+UNFOLDED = ("decode", "resize", "resize_short", "crop")     # fold = true: the steps left to the app
+
+
 class VerifyConfig(PassConfig):
     host_runnable: bool = True
     max_accuracy_drop: float = Field(1.0, ge=0)      # points, when labels exist
@@ -112,6 +115,28 @@ class VerifyPass(Pass):
         ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
         return rec
 
+    def fold_check(self, fold: dict, feeds: dict, reference: list, outs, ctx: PassContext) -> dict:
+        """fold = true: the folded float program and the artifact against the unfolded model (the
+        factory's layer on the unfolded tensors). The folded program must give the unfolded
+        model's outputs (float_rel_tolerance), else the build fails (exit 3)."""
+        from .fold import compare, unfolded_outputs
+
+        plain = unfolded_outputs(ctx.project, fold, feeds, ctx.workdir / "verify-unfolded.log")
+        program = compare(reference, plain)
+        record = {"input": {"name": fold["input"], "dtype": "uint8", "layout": "NHWC"},
+                  "unfolded_input": {"shape": fold["shape"], "layout": fold["layout"]},
+                  "program_vs_unfolded": program,
+                  "artifact_vs_unfolded": compare(outs, plain) if outs is not None else None}
+        if program["rel_max_abs_error"] > self.config.float_rel_tolerance:
+            raise PassError(self.name, f"the folded program differs from the unfolded model by "
+                                       f"{program['rel_max_abs_error']:.2e} (relative)",
+                            hint="report it: fold = false feeds the pre-processed tensor instead")
+        a = record["artifact_vs_unfolded"]
+        ctx.log("fold: folded program vs unfolded model rel {:.2e}".format(program["rel_max_abs_error"])
+                + ("" if a is None else f"; artifact vs unfolded rel {a['rel_max_abs_error']:.2e}, "
+                                        f"cosine {a['cosine']:.6f}"))
+        return record
+
     def declared_post(self, task) -> dict | None:
         """The declared [postprocess] as pipeline.json holds it (None: none declared)."""
         from ..task.post import check, resolve
@@ -161,7 +186,7 @@ class VerifyPass(Pass):
         except parity.ParityError as exc:
             raise PassError(self.name, str(exc), hint=f"fix [preprocess] in edgeforge.toml to match "
                                                       f"{pre['reference']}") from None
-        if len(names) == 1:
+        if len(names) == 1 and not pre.get("fold"):     # folded: the fold check compares outputs
             mine = paddle_inference(float_dir, {names[0]: np.stack(parity.declared(pre, paths))})
             theirs = paddle_inference(float_dir, {names[0]: np.stack(ref)})
             record["output_max_abs_diff"] = max(float(np.max(np.abs(a - b))) for a, b in zip(mine, theirs))
@@ -179,8 +204,11 @@ class VerifyPass(Pass):
         spec = next((sp for sp in ctx.project.inputs if pre and sp.name == pre["input"]), ctx.project.inputs[0])
         doc = {"schema": "edgeforge.pipeline/1",
                "input": {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape),
-                         "layout": pre["layout"] if pre else None},
-               "preprocess": steps_of(pre) if pre else [],
+                         "layout": ("NHWC" if pre.get("fold") else pre["layout"]) if pre else None},
+               "preprocess": [st for st in steps_of(pre) if not pre.get("fold") or st["op"] in UNFOLDED]
+                             if pre else [],
+               **({"folded": [st for st in steps_of(pre) if st["op"] not in UNFOLDED]} if pre and pre.get("fold")
+                  else {}),
                "postprocess": {**{k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
                                   if k in task}, **resolve(self.config.postprocess, self.config.task)},
                "labels": list(task.get("label_names") or []),
@@ -217,6 +245,7 @@ class VerifyPass(Pass):
         if k >= len(reference):
             raise ConfigError(f"[data] label_output = {k}, but the model has {len(reference)} output(s)",
                               hint=f"use 0 to {len(reference) - 1} in edgeforge.toml")
+        outs = None
         if cfg.host_runnable:
             if ctx.backend == "onnx":
                 # the target's INT8 arithmetic, not the host CPU's (quant.arithmetic; manifest: arithmetic)
@@ -266,6 +295,8 @@ class VerifyPass(Pass):
             if labels is not None and reference[k].ndim == 2:
                 result["float_accuracy"] = float(np.mean(reference[k].argmax(1) == labels))
             result["task"] = self.task_record(task, None, reference, label_arrays, ctx)
+        if ctx.project.fold is not None:
+            result["fold"] = self.fold_check(ctx.project.fold, feeds, reference, outs, ctx)
         if contract is not None:
             result["contract"] = contract
         if preprocess is not None:
