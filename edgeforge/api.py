@@ -62,6 +62,10 @@ def plan_passes(project: Project, build: ResolvedBuild):
 
     backend, precision, target = build.backend, build.precision, build.target
     bcfg = build.backend_config
+    if project.fold is not None and build.qat:
+        raise ConfigError("--qat trains the factory's layer, and [preprocess] fold = true exports it "
+                          "wrapped: they do not combine", hint="drop --qat, or use fold = false")
+    qat_auto = project.spec.quantization.qat.auto and project.fold is None
     q = target.quantization
     eval_digest = _digest_or_empty(project.path(project.spec.data.evaluation))
     if project.spec.data.label_output:      # which output the labels are for: part of what they mean
@@ -81,7 +85,7 @@ def plan_passes(project: Project, build: ResolvedBuild):
     if backend == "lite":
         if precision == "int8":
             passes.append(PaddlePTQPass(qcfg))
-            if build.qat is not False and (build.qat or project.spec.quantization.qat.auto):
+            if build.qat is not False and (build.qat or qat_auto):
                 from .passes.qat import QatPass, qat_config
 
                 passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat), 13,
@@ -95,7 +99,7 @@ def plan_passes(project: Project, build: ResolvedBuild):
         passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset)))
         if precision == "int8":
             passes.append(OnnxQuantizePass(qcfg))
-            if build.qat is not False and (build.qat or project.spec.quantization.qat.auto):
+            if build.qat is not False and (build.qat or qat_auto):
                 from .passes.qat import QatPass, qat_config
 
                 passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat),

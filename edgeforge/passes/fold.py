@@ -13,7 +13,8 @@ the code the device would otherwise run) (:func:`unfolded_outputs`).
 
 Refused (exit 2): an exported ``[model] inference`` program (there is no layer to wrap), a
 model of more than one input, a factory input that is not ``[-1, 3, H, W]`` (NCHW) or ``[-1, H, W, 3]`` (NHWC) float32 of the
-pre-processing's size, and quantization-aware training (it trains the unwrapped layer).
+pre-processing's size, and ``--qat`` (it trains the unwrapped layer; ``[quantization.qat]
+auto`` is skipped for a folded build).
 """
 from __future__ import annotations
 

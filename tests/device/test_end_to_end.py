@@ -116,3 +116,27 @@ def test_a_build_without_a_pipeline_is_refused_before_connecting(cli, lab, photo
     assert code == 2, err + out
     assert "bench --end-to-end" in err and "no readable pipeline.json" in err and "[preprocess]" in err
     assert not lab.result_files()
+
+
+def test_a_folded_build_end_to_end_feeds_the_decoded_bytes(cli, lab, tmp_path_factory):
+    """fold = true: the device pipeline stops at the resize, the artifact takes the uint8 bytes."""
+    import numpy as np
+    from PIL import Image
+
+    from edgeforge import api
+
+    root = photo_project(tmp_path_factory.mktemp("e2e-fold") / "proj")
+    toml = (root / "edgeforge.toml").read_text().replace("[preprocess]\n", "[preprocess]\nfold = true\n")
+    (root / "edgeforge.toml").write_text(toml)
+    x = np.stack([np.asarray(Image.open(p).convert("RGB").resize((64, 48), Image.BILINEAR), np.uint8)
+                  for p in sorted((root / "data" / "images").iterdir())])
+    np.savez(root / "data" / "calib.npz", image=x)
+    np.savez(root / "data" / "eval.npz", image=x)
+    b = api.build(root, "linux-x86", precision="fp32", out=root.parent / "build")
+    code, out, err = cli("bench", b.out_dir, "--device", "local", "--inventory", lab.inventory(python=sys.executable),
+                         "--results", lab.results, "--runs", "4", "--warmups", "1", "-q", "--end-to-end")
+    assert code == 0, err + out
+    [path] = lab.result_files()
+    r = read_result(path)
+    assert r["end_to_end"]["runs"] == 4 and r["drift"]["top1_agreement"] == 1.0
+    assert r["drift"]["rel_max_abs_error"] <= 1e-4
