@@ -131,7 +131,7 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
     paddle.disable_static()
     layer = build_layer(paddle, root, factory, weights)
     if fold is not None:            # [preprocess] fold = true: the layer takes uint8 NHWC
-        from .fold import wrap
+        from .fold_layer import wrap
 
         layer = wrap(paddle, layer, fold)
     specs = [paddle.static.InputSpec([None if d == -1 else d for d in s["shape"]], s["dtype"], s["name"])

@@ -2,7 +2,7 @@
 mean/std, layout) go into the graph, so the artifact takes the camera's bytes: uint8 NHWC
 ``[-1, H, W, 3]``, both backends.
 
-The factory's layer is wrapped at export (:func:`wrap`, in the export child): the program, and
+The factory's layer is wrapped at export (:func:`.fold_layer.wrap`, in the export child): the program, and
 so the ONNX model and the Paddle Lite ``.nb``, begin with the cast. The project's input for
 ``[preprocess] input`` becomes that uint8 tensor (``Project.inputs``; ``Project.fold`` is what
 is folded, checked when the project loads): the calibration and
@@ -21,40 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-
-def wrap(paddle, layer, fold: dict):
-    """``layer`` behind the folded pre-processing (in the export child)."""
-    scale = np.float32(fold["scale"]) / np.asarray(fold["std"], np.float32)
-    shift = -np.asarray(fold["mean"], np.float32) / np.asarray(fold["std"], np.float32)
-    bgr, nchw = fold["channel_order"] == "bgr", fold["layout"] == "NCHW"
-
-    class Folded(paddle.nn.Layer):      # one input (Project.fold): forward's source is traced
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-            # persistable constants (Paddle Lite's x86 kernels refuse assign_value's [1, 1, 1, 3])
-            self.fold_scale = self._constant("fold_scale", scale)
-            self.fold_shift = self._constant("fold_shift", shift)
-
-        def _constant(self, name, value):
-            p = self.create_parameter([1, 1, 1, 3], dtype="float32",
-                                      default_initializer=paddle.nn.initializer.Assign(value.reshape(1, 1, 1, 3)))
-            p.stop_gradient = True
-            return p
-
-        def forward(self, image):
-            x = paddle.cast(image, "float32")
-            if bgr:
-                x = paddle.concat([x[:, :, :, 2:3], x[:, :, :, 1:2], x[:, :, :, 0:1]], axis=3)
-            x = x * self.fold_scale + self.fold_shift
-            if nchw:
-                x = paddle.transpose(x, [0, 3, 1, 2])
-            return self.inner(x)
-
-    folded = Folded(layer)
-    folded.eval()
-    return folded
 
 
 def unfold(x: np.ndarray, fold: dict) -> np.ndarray:
