@@ -159,6 +159,9 @@ class VerifyPass(Pass):
         dest.mkdir(parents=True, exist_ok=True)
         rels = []
         for i, p in enumerate(parity.images(folder) if folder.is_dir() else []):
+            if p.stat().st_size > runner.E2E_MAX_IMAGE_BYTES:
+                raise ConfigError(f"[preprocess] images: {p} is over {runner.E2E_MAX_IMAGE_BYTES >> 20} MB",
+                                  hint="the images travel with the build to the device: use smaller ones")
             name = f"image_{i:02d}{p.suffix.lower()}"
             shutil.copyfile(p, dest / name)
             rels.append(f"reference/images/{name}")

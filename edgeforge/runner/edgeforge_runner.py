@@ -587,20 +587,31 @@ def decode_image(data, decoder):
     import io
 
     img = Image.open(io.BytesIO(data))
-    if img.size[0] * img.size[1] > E2E_MAX_PIXELS:
-        raise BuildFault("an image of the build has %d pixels (at most %d)" % (img.size[0] * img.size[1], E2E_MAX_PIXELS))
     img.load()
     return img.convert("RGB")
 
 
 def _image_bytes(build_dir, rels):
+    """The images' bytes, each checked first: at most E2E_MAX_IMAGE_BYTES, and a header (read by
+    Pillow, nothing decoded) of at most E2E_MAX_PIXELS pixels."""
+    import io
+
+    from PIL import Image
+
     out = []
     for rel in rels[:E2E_MAX_IMAGES]:
         path = os.path.join(build_dir, rel)
         if os.path.getsize(path) > E2E_MAX_IMAGE_BYTES:
             raise BuildFault("image %s is over %d bytes" % (rel, E2E_MAX_IMAGE_BYTES))
         with open(path, "rb") as fh:
-            out.append(fh.read())
+            data = fh.read()
+        try:
+            w, h = Image.open(io.BytesIO(data)).size
+        except Exception as exc:
+            raise BuildFault("image %s does not open: %s" % (rel, exc)) from exc
+        if w * h > E2E_MAX_PIXELS:
+            raise BuildFault("image %s has %d pixels (at most %d)" % (rel, w * h, E2E_MAX_PIXELS))
+        out.append(data)
     return out
 
 

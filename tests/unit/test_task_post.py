@@ -75,3 +75,22 @@ def test_end_to_end_summary_of_hand_made_samples():
     assert s["total"] == {"p50_ms": 6.0, "p99_ms": 8.0, "mean_ms": 6.0}       # totals 4 and 8
     assert s["stages"]["decode"] == {"p50_ms": 2.0, "p99_ms": 3.0, "mean_ms": 2.0}
     assert s["ai_tax"] == pytest.approx(8 / 12) and s["shares"]["infer"] == pytest.approx(4 / 12)
+
+
+def test_the_runner_refuses_an_end_to_end_spec_over_its_bounds(capsys):
+    base = {"runs": 3, "warmups": 0}
+    assert runner.refuse_spec("bench", {**base, "end_to_end": {"images": ["a.jpg"], "runs": 5}}) is None
+    for e2e, says in (({"images": ["a.jpg"] * 17}, "1 to 16 images"),
+                      ({"images": []}, "1 to 16 images"),
+                      ({"images": ["a.jpg"], "runs": 10001}, "a count from 1 to 10000"),
+                      ({"images": "a.jpg"}, "a list of images")):
+        assert runner.refuse_spec("bench", {**base, "end_to_end": e2e}) == runner.EXIT_USAGE
+        assert says in capsys.readouterr().out
+
+
+def test_the_runner_refuses_an_image_of_too_many_pixels(tmp_path):
+    from PIL import Image
+
+    Image.new("RGB", (8000, 6000)).save(tmp_path / "big.png")        # 48 megapixels, a small file
+    with pytest.raises(runner.BuildFault, match="has 48000000 pixels"):
+        runner._image_bytes(str(tmp_path), ["big.png"])
