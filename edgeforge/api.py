@@ -39,6 +39,8 @@ def project_artifact(project: Project):
     from .passes.base import PROJECT, Artifact
 
     parts = {"model": project.spec.model.model_dump(mode="json")}
+    if project.fold is not None:        # [preprocess] fold = true: the program begins with it
+        parts["fold"] = project.fold
     files = [p for p in project.source_files() if p.name != "edgeforge.toml"]
     for p in files:
         if not p.is_file():

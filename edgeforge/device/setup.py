@@ -104,8 +104,13 @@ def runtime_packages(target: str) -> tuple[list[str], list[str]]:
         notes.append(LITE_NOTE)
     elif "lite" in backends:
         reqs.append(_pinned("paddlelite"))
-    reqs.append(_pinned("pillow"))      # decode and pre-process: [preprocess] and bench --end-to-end
     return reqs, notes
+
+
+def image_packages() -> list[str]:
+    """What bench --end-to-end needs on the device besides the runtime: Pillow (decode and
+    pre-process), the host's version. Optional: a platform without its wheel gets a note."""
+    return [_pinned("pillow")]
 
 
 def _pinned(dist: str) -> str:
@@ -227,6 +232,13 @@ def setup_device(name: str, *, inventory=None, packages: list[str] | None = None
         t0 = time.monotonic()
         dest = (Path(cache) if cache else default_cache_dir()) / "wheels" / f"{tags[0]}-cp{py.replace('.', '')}"
         files = host_download(reqs, tags, py, dest, dest / "pip-download.log")
+        if packages is None:
+            try:
+                files += [f for f in host_download(image_packages(), tags, py, dest, dest / "pip-download-images.log")
+                          if f not in files]
+                reqs = reqs + image_packages()
+            except ConfigError as exc:
+                notes.append(f"Pillow (bench --end-to-end): {exc.message}")
         seconds["download"] = time.monotonic() - t0
         say("download", f"{len(files)} wheel(s), {sum(f.stat().st_size for f in files) / 1e6:.1f} MB, "
                         f"in {seconds['download']:.1f} s")

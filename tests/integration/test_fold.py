@@ -107,3 +107,14 @@ def test_fold_refusals(folded, tmp_path):
     (other / "edgeforge.toml").write_text(toml.replace('factory = "model:build"', 'inference = "exported/model"'))
     with pytest.raises(ConfigError, match="fold = true needs \\[model\\] factory"):
         load_project(other)
+
+
+def test_fold_is_part_of_the_export_key(folded, tmp_path):
+    """The same model folded and unfolded are two programs: neither is the other's cache hit."""
+    from edgeforge.api import project_artifact
+    from edgeforge.project import load_project
+
+    plain = tmp_path / "plain"
+    shutil.copytree(folded, plain)
+    (plain / "edgeforge.toml").write_text((folded / "edgeforge.toml").read_text().replace("fold = true\n", ""))
+    assert project_artifact(load_project(plain)).digest != project_artifact(load_project(folded)).digest
