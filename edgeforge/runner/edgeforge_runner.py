@@ -35,7 +35,7 @@ try:
 except ImportError:  # probe still reports the device; bench says numpy is missing
     np = None
 
-RUNNER_VERSION = 4
+RUNNER_VERSION = 5              # 5: end_to_end (bench --end-to-end), [postprocess] answers
 EVENT_PREFIX = "@@edgeforge "
 EXIT_OK, EXIT_USAGE, EXIT_DIGEST, EXIT_RUNTIME_MISSING, EXIT_RUNTIME_FAILED = 0, 2, 3, 4, 5
 EXIT_BUILD = 7
@@ -1194,8 +1194,9 @@ def bench_events(build_dir, spec):
     """Measure the artifact in ``build_dir`` as ``spec`` says. Events, in order:
 
     start (pid, wall time), files (sha256 checked), fingerprint (before), runtime, latency (raw
-    samples, peak RSS), fingerprint (after the timed runs), drift (evaluation set vs float), done
-    (wall time).
+    samples, peak RSS), fingerprint (after the timed runs), end_to_end (``spec["end_to_end"]``:
+    per-stage samples and figures), drift (evaluation set vs float), outputs (the evaluation
+    outputs, or with ``spec["postprocess"]`` their answers), done (wall time).
 
     ``spec["lease"]`` (optional, ``{"dir", "token"}``): the host's lease on this device; the runner
     writes its pid there so that nobody breaks the lease while it still runs.
