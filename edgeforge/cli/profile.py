@@ -35,7 +35,9 @@ def cmd_profile(args) -> int:
 
         import textwrap
 
-        line = f"{label(a)} on {a['device']['name']}: {dominant(a['end_to_end'])}"
+        emu = a["device"]["fingerprint"].get("emulated")
+        line = f"{label(a)} on {a['device']['name']}: {dominant(a['end_to_end'])}" + (
+            f" (emulated, {emu}: the shares are not the board's)" if emu else "")
         con.print("\n".join(textwrap.wrap(line, 79, subsequent_indent="  ")), markup=False)
         if not a.get("profile"):
             return ExitCode.OK
