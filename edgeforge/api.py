@@ -39,6 +39,8 @@ def project_artifact(project: Project):
     from .passes.base import PROJECT, Artifact
 
     parts = {"model": project.spec.model.model_dump(mode="json")}
+    if project.fold is not None:        # [preprocess] fold = true: the program begins with it
+        parts["fold"] = project.fold
     files = [p for p in project.source_files() if p.name != "edgeforge.toml"]
     for p in files:
         if not p.is_file():
@@ -62,6 +64,10 @@ def plan_passes(project: Project, build: ResolvedBuild):
 
     backend, precision, target = build.backend, build.precision, build.target
     bcfg = build.backend_config
+    if project.fold is not None and build.qat:
+        raise ConfigError("--qat trains the factory's layer, and [preprocess] fold = true exports it "
+                          "wrapped: they do not combine", hint="drop --qat, or use fold = false")
+    qat_auto = project.spec.quantization.qat.auto and project.fold is None
     q = target.quantization
     eval_digest = _digest_or_empty(project.path(project.spec.data.evaluation))
     if project.spec.data.label_output:      # which output the labels are for: part of what they mean
@@ -78,6 +84,9 @@ def plan_passes(project: Project, build: ResolvedBuild):
     passes = [ExportPass()]
     prune = build.prune if build.prune is not None else project.spec.prune.flops
     if prune is not None:
+        if project.fold is not None:
+            raise ConfigError("--prune rebuilds the factory's layer, and [preprocess] fold = true exports it "
+                              "wrapped: they do not combine", hint="drop --prune, or use fold = false")
         if build.qat:
             raise ConfigError("--prune and --qat together are not supported: QAT rebuilds the unpruned "
                               "model from its factory", hint="drop one of them")
@@ -86,7 +95,7 @@ def plan_passes(project: Project, build: ResolvedBuild):
         sec = project.spec.prune
         passes.append(PrunePass(PruneConfig(flops=prune, steps=sec.steps, max_seconds=sec.max_seconds,
                                             lr=sec.lr, batch_size=sec.batch_size, quant=qcfg)))
-    qat_on = prune is None and build.qat is not False and (build.qat or project.spec.quantization.qat.auto)
+    qat_on = prune is None and build.qat is not False and (build.qat or qat_auto)
     if build.legalize:
         passes.append(LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt)))
     if backend == "lite":
@@ -118,6 +127,7 @@ def plan_passes(project: Project, build: ResolvedBuild):
         min_cosine=build.min_cosine, data_digest=eval_digest,
         task=project.spec.task.model_dump() if project.spec.task is not None else None,
         preprocess=project.spec.preprocess.model_dump() if project.spec.preprocess is not None else None,
+        postprocess=project.spec.postprocess.model_dump() if project.spec.postprocess is not None else None,
         images_digest=_images_digest(project))))
     return passes
 

@@ -81,6 +81,7 @@ class ReferenceDoc(_Strict):
     inputs: str
     outputs: str
     samples: Optional[int] = Field(None, ge=0)
+    images: Optional[list[str]] = Field(None, max_length=16)   # [preprocess] raw images: bench --end-to-end
 
 
 class RuntimeDoc(_Strict):
@@ -120,6 +121,7 @@ class BuildMeta(BaseModel):
     precision: str = _internal("fp32")
     num_eval_samples: Optional[int] = _internal()  # -> manifest.reference.samples
     artifact_sha256: Optional[str] = _internal()   # -> manifest.artifact.sha256 (recomputed)
+    reference_images: list[str] = _internal([])    # -> manifest.reference.images
 
     float_size_bytes: Optional[int] = None        # the float artifact, for the size ratio
     verify: dict[str, Any] = {}                   # verify's figures and status
@@ -162,7 +164,8 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
         "inputs": [i.model_dump() for i in project.inputs],
         "reference": {"inputs": "reference/eval_inputs.npz",
                       "outputs": "reference/float_outputs.npz",
-                      "samples": meta.num_eval_samples},
+                      "samples": meta.num_eval_samples,
+                      **({"images": meta.reference_images} if meta.reference_images else {})},
         "runtime": runtime,
         "target_profile": {"arch": target.hardware.arch, "soc": target.hardware.soc,
                            "bench": target.bench.model_dump(mode="json")},

@@ -172,6 +172,7 @@ class BenchOptions(_Options):
     results_dir: Optional[PathLike] = None
     health: bool = True                 # refuse unhealthy devices, count this bench
     profile: bool = False               # per-op profile on the device (bench --profile)
+    end_to_end: bool = False            # time decode, pre-process, infer, post-process (bench --end-to-end)
     priority: int = Field(0, ge=0, le=MAX_PRIORITY)   # a lab device's reservation
     wait_timeout: float = Field(LAB_WAIT_S, **_SECONDS)  # for a lab device's place in the queue
 

@@ -115,9 +115,24 @@ class PreprocessSection(Strict):
             raise ValueError("sizes must be positive")
         if any(v <= 0 for v in self.std):
             raise ValueError("std must be positive")
-        if self.fold:
-            raise ValueError("fold = true is not supported yet: feed the pre-processed tensor (fold = false)")
         return self
+
+
+class PostprocessSection(Strict):
+    """[postprocess]: what turns the model's outputs into the task's answers, run by the runner
+    (on the host in verify, on the device in bench): top-k (softmax), CTC greedy decoding, or
+    box decoding + NMS for a detector whose graph has none (scores [N, C, A], boxes [N, A, 4])."""
+    op: Literal["none", "topk", "ctc_greedy", "nms"]
+    output: int = Field(0, ge=0, le=63)             # topk, ctc_greedy: the output read
+    k: int = Field(5, ge=1, le=1000)                # topk
+    softmax: bool = True                            # topk: scores as probabilities
+    blank: Optional[int] = Field(None, ge=0)        # ctc_greedy (default: [task] blank)
+    time_axis: Optional[Literal[0, 1]] = None       # ctc_greedy (default: [task] time_axis)
+    boxes: int = Field(0, ge=0, le=63)              # nms: the output holding boxes [N, A, 4]
+    scores: int = Field(1, ge=0, le=63)             # nms: the output holding scores [N, C, A]
+    score_threshold: float = Field(0.05, ge=0, le=1)
+    iou_threshold: float = Field(0.5, gt=0, le=1)
+    keep_top_k: int = Field(100, ge=1, le=1000)
 
 
 class ProjectSpec(Strict):
@@ -128,6 +143,7 @@ class ProjectSpec(Strict):
     prune: PruneSection = Field(default_factory=PruneSection)
     task: Optional[TaskSection] = None
     preprocess: Optional[PreprocessSection] = None
+    postprocess: Optional[PostprocessSection] = None
 
 
 class Project:
@@ -150,12 +166,48 @@ class Project:
     @property
     def inputs(self) -> list[InputSpec]:
         """``[[model.inputs]]``; for an inference model the program's, narrowed by them (read
-        once, in a child process)."""
+        once, in a child process). With ``fold = true`` the folded input is as the artifact
+        takes it: uint8 ``[-1, H, W, 3]``."""
         if self.inference is None:
+            fold = self.fold
+            if fold is not None:
+                h, w = fold["size"]
+                return [s.model_copy(update={"shape": [-1, h, w, 3], "dtype": "uint8"})
+                        if s.name == fold["input"] else s for s in self.spec.model.inputs]
             return self.spec.model.inputs
         if self._inputs is None:
             self._inputs = [InputSpec(**s) for s in _program_inputs(self)]
         return self._inputs
+
+    @property
+    def fold(self) -> dict | None:
+        """``[preprocess] fold = true``: what the export wraps around the factory's layer and
+        verify checks (see :mod:`edgeforge.passes.fold`); None without it."""
+        pre = self.spec.preprocess
+        if pre is None or not pre.fold:
+            return None
+        if self.spec.model.factory is None:
+            raise ConfigError("[preprocess] fold = true needs [model] factory: an exported inference program "
+                              "has no layer to wrap", hint="use fold = false, or give the model's factory")
+        names = [s.name for s in self.spec.model.inputs]
+        if pre.input not in names:
+            raise ConfigError(f"[preprocess] input = \"{pre.input}\" is not a model input ({', '.join(names)})")
+        if len(names) != 1:
+            raise ConfigError(f"[preprocess] fold = true folds into a model of one input; this one has "
+                              f"{len(names)} ({', '.join(names)})", hint="use fold = false")
+        spec = self.spec.model.inputs[0]
+        h, w = pre.crop or pre.resize
+        want = [-1, 3, h, w] if pre.layout == "NCHW" else [-1, h, w, 3]
+        if spec.dtype != "float32" or len(spec.shape) != 4 or spec.shape[1:] != want[1:]:
+            raise ConfigError(f"[preprocess] fold = true: input {spec.name} is {spec.dtype} {spec.shape}; the "
+                              f"pre-processing gives float32 {want} ({pre.layout})",
+                              hint="declare [[model.inputs]] as the factory's layer takes it")
+        from .task.parity import steps_of
+
+        steps = [s for s in steps_of(pre.model_dump()) if s["op"] in ("channel_order", "scale", "normalize", "layout")]
+        return {"input": spec.name, "index": names.index(spec.name), "shape": list(spec.shape), "size": [h, w],
+                "channel_order": pre.channel_order, "scale": pre.scale, "mean": list(pre.mean),
+                "std": list(pre.std), "layout": pre.layout, "steps": steps}
 
     def path(self, rel: str) -> Path:
         p = Path(rel).expanduser()
@@ -281,6 +333,7 @@ def load_project(path: str | Path) -> Project:
     if len(set(names)) != len(names):
         raise ConfigError(f"{toml}: input names must be unique")
     project = Project(root.resolve(), spec)
+    _ = project.fold        # a fold = true that cannot work: one line, now
     if project.inference is not None:
         from .inference import program_files
 

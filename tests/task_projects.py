@@ -76,3 +76,73 @@ def detector_project(root: Path, nms: bool = False) -> Path:
         max_metric_drop = 10
         """).replace("{factory}", "build_with_nms" if nms else "build"))
     return root
+
+
+PHOTO_MODEL = '''
+import numpy as np
+import paddle
+import paddle.nn as nn
+from PIL import Image
+
+MEAN = np.array([0.485, 0.456, 0.406], "float32")
+STD = np.array([0.229, 0.224, 0.225], "float32")
+
+
+def transform(img):
+    """The training-time transform: RGB, bilinear to 48x64, /255, ImageNet mean/std, CHW."""
+    a = np.asarray(img.convert("RGB").resize((64, 48), Image.BILINEAR), dtype="float32") / 255.0
+    return ((a - MEAN) / STD).transpose(2, 0, 1)
+
+
+def build():
+    paddle.seed(0)
+    return nn.Sequential(nn.Conv2D(3, 4, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2D(1), nn.Flatten(),
+                         nn.Linear(4, 3))
+'''
+
+PHOTO_TOML = """
+name = "photo"
+[model]
+factory = "model:build"
+[[model.inputs]]
+name = "image"
+shape = [-1, 3, 48, 64]
+[data]
+calibration = "data/calib.npz"
+evaluation = "data/eval.npz"
+[task]
+label_names = ["a", "b", "c"]
+[preprocess]
+input = "image"
+images = "data/images"
+reference = "model:transform"
+resize = [48, 64]
+mean = [0.485, 0.456, 0.406]
+std = [0.229, 0.224, 0.225]
+"""
+
+
+def photo_project(root: Path, extra: str = "") -> Path:
+    """A small classifier of real photos (sklearn's two sample images, four JPEG crops) with
+    its [preprocess] and training-time transform; ``extra``: more toml (e.g. [postprocess])."""
+    import importlib.util
+
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    (root / "data" / "images").mkdir(parents=True)
+    (root / "model.py").write_text(PHOTO_MODEL)
+    paths = []
+    for i, photo in enumerate(load_sample_images().images):       # two 427x640 photos
+        for j, box in enumerate(((0, 0, 640, 427), (100, 50, 500, 350))):
+            p = root / "data" / "images" / f"photo{i}-{j}.jpg"
+            Image.fromarray(photo).crop(box).save(p, quality=90)
+            paths.append(p)
+    spec = importlib.util.spec_from_file_location("photo_model", root / "model.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = np.stack([mod.transform(Image.open(p)) for p in paths]).astype("float32")
+    np.savez(root / "data" / "calib.npz", image=x)
+    np.savez(root / "data" / "eval.npz", image=x)
+    (root / "edgeforge.toml").write_text(PHOTO_TOML + extra)
+    return root

@@ -46,6 +46,10 @@ def register(sub) -> None:
                    help="also record a per-op profile on the device (onnxruntime's node profiler, or "
                         "Paddle Lite's through a benchmark_bin built with --with_profile=ON): "
                         "per node and per op type in the result; see `edgeforge profile`")
+    b.add_argument("--end-to-end", action="store_true",
+                   help="also time each of the build's raw images ([preprocess] images) through "
+                        "decode, pre-processing, inference and post-processing on the device: "
+                        "per-stage p50/p99 and the share outside the model in the result")
     add_bench_flags(b, device=False)
     b.set_defaults(func=cmd_bench)
 
@@ -92,7 +96,8 @@ def _bench_one(args) -> int:
     from ..device.bench import bench
 
     with step_progress(args.quiet) as on_step:
-        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile)
+        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile,
+                            end_to_end=args.end_to_end)
         outcome = bench(args.build_dir[0], args.device, opts, on_step=on_step)
     return _report_one(args, outcome)
 
@@ -113,7 +118,8 @@ def _bench_fleet(args) -> int:
 
     where = parse_where(args.where)
     with fleet_progress(args.quiet) as on_step:
-        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile)
+        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile,
+                            end_to_end=args.end_to_end)
         outcome = fleet_bench(args.build_dir, args.devices or args.device, opts, jobs=args.jobs,
                               on_step=on_step, where=where)
     if args.json:
@@ -278,6 +284,10 @@ def print_bench_result(result: dict, path) -> None:
             f"{fmt.num(task.get('artifact'), '.4f')} (float {fmt.num(task.get('float'), '.4f')}, drop "
             f"{fmt.num(task.get('drop'), '.2f')} points)" if task.get("drop") is not None
             else f"not measured ({task.get('skipped')})")))
+    if result.get("end_to_end"):
+        from ..device.endtoend import summary_line
+
+        info.add_row("end to end", escape(summary_line(result["end_to_end"])))
     info.add_row("device", escape(f"{fp.get('cpu_model')}, {fp.get('cores')} cores, {fp.get('arch')}, "
                                   f"kernel {fp.get('kernel')}, governor {fp.get('governor') or '-'}"))
     temps = (f"{fmt.num(fp.get('temp_c_before'), '.1f')} → {fmt.num(fp.get('temp_c_after'), '.1f')} °C"

@@ -12,7 +12,8 @@ from ._common import console, escape, number
 
 def register(sub) -> None:
     p = sub.add_parser("profile", help="per-op profile of a bench result (bench --profile), "
-                                       "or of two side by side")
+                                       "or of two side by side; for bench --end-to-end, whether "
+                                       "pre/post-processing dominates")
     p.add_argument("a", metavar="RESULT", help="a bench result with a profile")
     p.add_argument("b", metavar="RESULT2", nargs="?", help="a second one (e.g. INT8 against the fp32 RESULT)")
     p.add_argument("--top", type=number(int, "a count", at_most=10_000), default=10, metavar="N",
@@ -29,6 +30,17 @@ def cmd_profile(args) -> int:
 
     con = console()
     a = load_result(args.a)
+    if args.b is None and a.get("end_to_end"):      # bench --end-to-end: where the time goes
+        from ..device.endtoend import dominant
+
+        import textwrap
+
+        emu = a["device"]["fingerprint"].get("emulated")
+        line = f"{label(a)} on {a['device']['name']}: {dominant(a['end_to_end'])}" + (
+            f" (emulated, {emu}: the shares are not the board's)" if emu else "")
+        con.print("\n".join(textwrap.wrap(line, 79, subsequent_indent="  ")), markup=False)
+        if not a.get("profile"):
+            return ExitCode.OK
     pa = profile_of(a, args.a)
     if args.b is None:
         t = Table(title=escape(f"{label(a)} on {a['device']['name']}: {pa['total_ms']:.3f} ms in "

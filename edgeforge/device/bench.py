@@ -50,6 +50,7 @@ from .settings import (
     results_dir_of,
     validate_build,
 )
+from .endtoend import e2e_files, e2e_result, e2e_spec, pipeline_of
 from .events import Partial, tail
 from .health import guarded     # its home was here: fleet, deploy and load import it from here
 from .runner_errors import runner_error
@@ -130,7 +131,7 @@ class Bench:
 
     def prepare(self, tr: SSHTransport, digests: dict[str, str]) -> dict:
         req = {"workdir": self.device.workdir, "subdir": self.remote_subdir or self.manifest["artifact"]["sha256"],
-               "modules": needed_modules(self.manifest, self.settings),
+               "modules": needed_modules(self.manifest, self.settings) + (["PIL"] if self.opts.end_to_end else []),
                "mkdirs": sorted({posixpath.dirname(r) for r in digests if posixpath.dirname(r)}),
                "files": sorted(digests)}
         r = tr.python(["-c", remote.script("prepare"), json.dumps(req)], timeout=min(self.settings.command_timeout_s, 120),
@@ -150,7 +151,7 @@ class Bench:
         if not info.get("writable"):
             raise self.error(Misconfigured, f"workdir {info['dir']} is not writable: {info.get('error', 'permission denied')}",
                              hint="set workdir = ... in devices.toml to a directory the user can write")
-        missing = [m for m, ok in info["modules"].items() if not ok]
+        missing = [("Pillow" if m == "PIL" else m) for m, ok in info["modules"].items() if not ok]
         if missing:
             from .setup import runtime_remedy
             raise self.error(RuntimeMissing, f"runtime missing: {', '.join(missing)} not importable by {info['executable']} "
@@ -188,6 +189,8 @@ class Bench:
                 "runner": s.runner, "benchmark_bin": s.benchmark_bin,
                 "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True,
                 "return_outputs": wants_outputs(m),
+                "postprocess": (((m.get("verify") or {}).get("task") or {}).get("settings") or {}).get("postprocess"),
+                "end_to_end": e2e_spec(self.build_dir, m, s.runs) if self.opts.end_to_end else None,
                 "profile": self.opts.profile,
                 "lease": ({"dir": posixpath.join(posixpath.dirname(self.remote_dir), ".lease"), "token": self.lease.token}
                           if self.lease is not None and self.remote_dir else None)}
@@ -200,7 +203,9 @@ class Bench:
         msg = {"start": f"runner started (pid {ev.get('pid')})", "files": "sha256 checked on the device",
                "runtime": f"{ev.get('name')} {ev.get('version')}: timing "
                           f"({self.settings.warmups} warmups, {self.settings.runs} runs)",
-               "latency": "evaluation set: accuracy drift", "done": "done"}.get(name)
+               "latency": "end to end: decode, pre-process, infer, post-process per image"
+                          if self.opts.end_to_end else "evaluation set: accuracy drift",
+               "end_to_end": "evaluation set: accuracy drift", "done": "done"}.get(name)
         if msg:
             self.on_step("run", msg)
 
@@ -324,6 +329,9 @@ class Bench:
             "lease": self.lease.record() if self.lease is not None else None,
             "connect": {"attempts": self.attempts, "retries_allowed": self.retries},
         }
+        e2e = e2e_result(p.first("end_to_end"))
+        if e2e:
+            result["end_to_end"] = e2e
         prof = p.first("profile")
         if prof:
             result["profile"] = {k: v for k, v in prof.items() if k != "event"}
@@ -363,6 +371,9 @@ class Bench:
     def run(self) -> BenchOutcome:
         check_results_dir(self.results_dir)
         files = build_files(self.build_dir, self.manifest)
+        if self.opts.end_to_end:
+            pipeline_of(self.build_dir)
+            files.update(e2e_files(self.build_dir, self.manifest))
         digests = self.local_digests(files)
         self.timing["started_at"] = iso(time.time())
         self.on_step("connect", f"{self.device.name} ({self.device.address})")

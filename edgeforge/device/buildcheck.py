@@ -56,8 +56,9 @@ def validate_build(build_dir: Path, manifest: dict) -> None:
     if len(set(names)) != len(names):
         _refuse(where, f"field inputs: the input names repeat ({', '.join(names)})")
     root = Path(build_dir).resolve()
-    for dotted in PATH_FIELDS:
-        rel = _field(manifest, dotted)
+    images = (manifest.get("reference") or {}).get("images") or []
+    for dotted, rel in [(d, _field(manifest, d)) for d in PATH_FIELDS] + [
+            (f"reference.images[{i}]", r) for i, r in enumerate(images)]:
         if rel is None:
             continue
         parts = PurePosixPath(rel).parts

@@ -3,7 +3,8 @@
 1. ask the device (one small stdlib program) for its architecture, Python version and C library:
    the platform its wheels must be built for;
 2. ``pip download --only-binary=:all: --platform ... --python-version ... --implementation cp`` on
-   the host: numpy and onnxruntime (the host's versions, so device and host compute alike), with
+   the host: numpy, onnxruntime and Pillow (the host's versions, so device and host compute alike;
+   Pillow decodes and pre-processes images for ``bench --end-to-end``), with
    their dependencies, into ``<cache>/wheels/<platform>/``;
 3. upload each wheel under its sha256 to ``<workdir>/wheels/`` (a wheel the device holds is not sent);
 4. unpack them on the device (wheels are zip files; no pip is needed there) into
@@ -104,6 +105,12 @@ def runtime_packages(target: str) -> tuple[list[str], list[str]]:
     elif "lite" in backends:
         reqs.append(_pinned("paddlelite"))
     return reqs, notes
+
+
+def image_packages() -> list[str]:
+    """What bench --end-to-end needs on the device besides the runtime: Pillow (decode and
+    pre-process), the host's version. Optional: a platform without its wheel gets a note."""
+    return [_pinned("pillow")]
 
 
 def _pinned(dist: str) -> str:
@@ -225,6 +232,13 @@ def setup_device(name: str, *, inventory=None, packages: list[str] | None = None
         t0 = time.monotonic()
         dest = (Path(cache) if cache else default_cache_dir()) / "wheels" / f"{tags[0]}-cp{py.replace('.', '')}"
         files = host_download(reqs, tags, py, dest, dest / "pip-download.log")
+        if packages is None:
+            try:
+                files += [f for f in host_download(image_packages(), tags, py, dest, dest / "pip-download-images.log")
+                          if f not in files]
+                reqs = reqs + image_packages()
+            except ConfigError as exc:
+                notes.append(f"Pillow (bench --end-to-end): {exc.message}")
         seconds["download"] = time.monotonic() - t0
         say("download", f"{len(files)} wheel(s), {sum(f.stat().st_size for f in files) / 1e6:.1f} MB, "
                         f"in {seconds['download']:.1f} s")

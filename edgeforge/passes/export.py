@@ -106,12 +106,13 @@ def jit_save(paddle, layer, path: str, specs: list) -> dict:
     return status
 
 
-def export_model(root: str, factory: str, weights: str | None, inputs: list[dict], out_dir: str) -> dict:
+def export_model(root: str, factory: str, weights: str | None, inputs: list[dict], out_dir: str,
+                 fold: dict | None = None) -> dict:
     """The child's job: build the layer, probe it with the declared inputs, save the legacy
     program to ``out_dir/model``. Returns ``{"ok": meta}`` or ``{"error": [class, message, hint]}``
     (an edgeforge error is re-raised as itself in the parent)."""
     try:
-        return {"ok": _export(Path(root), factory, weights, inputs, Path(out_dir))}
+        return {"ok": _export(Path(root), factory, weights, inputs, Path(out_dir), fold)}
     except EdgeforgeError as exc:
         cls = "config" if isinstance(exc, ConfigError) else "pass"
         message = exc.message
@@ -120,7 +121,8 @@ def export_model(root: str, factory: str, weights: str | None, inputs: list[dict
         return {"error": [cls, message, exc.hint]}
 
 
-def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], out_dir: Path) -> dict:
+def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], out_dir: Path,
+            fold: dict | None = None) -> dict:
     import numpy as np
 
     from ..paddle_env import import_paddle
@@ -128,6 +130,10 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
     paddle = import_paddle()
     paddle.disable_static()
     layer = build_layer(paddle, root, factory, weights)
+    if fold is not None:            # [preprocess] fold = true: the layer takes uint8 NHWC
+        from .fold_layer import wrap
+
+        layer = wrap(paddle, layer, fold)
     specs = [paddle.static.InputSpec([None if d == -1 else d for d in s["shape"]], s["dtype"], s["name"])
              for s in inputs]
     # Probe the model with the declared inputs first: a mismatch is a configuration error.
@@ -181,7 +187,7 @@ class ExportPass(Pass):
         weights = str(project.weights) if project.weights is not None else None
         inputs = [s.model_dump() for s in project.inputs]
         result = run_native(self.name, f"factory '{factory}'", export_model,
-                            (str(project.root), factory, weights, inputs, str(out_dir)),
+                            (str(project.root), factory, weights, inputs, str(out_dir), project.fold),
                             out_dir.parent / f"{out_dir.name}.export.log", timeout=_EXPORT_TIMEOUT_S,
                             hint="the model's own code ended the export process; run the factory by hand "
                                  "to see why")

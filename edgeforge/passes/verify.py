@@ -25,6 +25,9 @@ from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassCon
 from .lite import lite_outputs
 
 
+UNFOLDED = ("decode", "resize", "resize_short", "crop")     # fold = true: the steps left to the app
+
+
 class VerifyConfig(PassConfig):
     host_runnable: bool = True
     max_accuracy_drop: float = Field(1.0, ge=0)      # points, when labels exist
@@ -33,6 +36,7 @@ class VerifyConfig(PassConfig):
     data_digest: str = ""
     task: Optional[dict] = None                        # [task], as declared (part of the key)
     preprocess: Optional[dict] = None                  # [preprocess], as declared
+    postprocess: Optional[dict] = None                 # [postprocess], as declared
     images_digest: str = ""                            # its images
 
 
@@ -78,23 +82,90 @@ class VerifyPass(Pass):
 
         spec = (self.config.task or {}).get("metric")
         user = user_metric(ctx.project.root, spec, ctx.workdir / "verify-metric.log") if spec else None
+        post, how = self.declared_post(task), {}
+        if post is not None:        # the answers of the runner's post-processing are compared
+            from ..task.post import answer_figures, answers_of
+
+            try:
+                outs = None if outs is None else answers_of(outs, post)
+                reference = answers_of(reference, post)
+            except (ValueError, IndexError) as exc:
+                raise PassError(self.name, f"[postprocess] op = \"{post['op']}\": {exc}",
+                                hint="check [postprocess] (output indices) in edgeforge.toml") from None
+            how = {"figures_of": answer_figures}
         try:
-            rec = evaluate(task, outs if outs is not None else reference, reference, labels, user, spec or "")
+            rec = evaluate(task, outs if outs is not None else reference, reference, labels, user, spec or "",
+                           **how)
         except ValueError as exc:
             if self.config.task is not None:
                 raise PassError(self.name, f"[task] kind = \"{task.kind}\": {exc}",
                                 hint="check [task] and [data] label_output in edgeforge.toml") from None
             return {"kind": task.kind, "metric": None, "float": None, "artifact": None, "drop": None,
                     "skipped": str(exc)}
+        if post is not None:
+            rec["postprocess"] = post["op"]
         # what bench needs to compute the same record from the device's outputs
-        if self.config.task is not None:
-            rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root)}
+        if self.config.task is not None or post is not None:
+            rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root),
+                               **({"postprocess": post} if post is not None else {})}
         if outs is None:
             rec.update(artifact=None, drop=None)
             rec["figures"].pop("artifact", None)
         drop = "" if rec["drop"] is None else f", drop {rec['drop']:.2f} points"
         ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
         return rec
+
+    def fold_check(self, fold: dict, feeds: dict, reference: list, outs, ctx: PassContext) -> dict:
+        """fold = true: the folded float program and the artifact against the unfolded model (the
+        factory's layer on the unfolded tensors). The folded program must give the unfolded
+        model's outputs (float_rel_tolerance), else the build fails (exit 3)."""
+        from .fold import compare, unfolded_outputs
+
+        plain = unfolded_outputs(ctx.project, fold, feeds, ctx.workdir / "verify-unfolded.log")
+        program = compare(reference, plain)
+        record = {"input": {"name": fold["input"], "dtype": "uint8", "layout": "NHWC"},
+                  "unfolded_input": {"shape": fold["shape"], "layout": fold["layout"]},
+                  "program_vs_unfolded": program,
+                  "artifact_vs_unfolded": compare(outs, plain) if outs is not None else None}
+        if program["rel_max_abs_error"] > self.config.float_rel_tolerance:
+            raise PassError(self.name, f"the folded program differs from the unfolded model by "
+                                       f"{program['rel_max_abs_error']:.2e} (relative)",
+                            hint="report it: fold = false feeds the pre-processed tensor instead")
+        a = record["artifact_vs_unfolded"]
+        ctx.log("fold: folded program vs unfolded model rel {:.2e}".format(program["rel_max_abs_error"])
+                + ("" if a is None else f"; artifact vs unfolded rel {a['rel_max_abs_error']:.2e}, "
+                                        f"cosine {a['cosine']:.6f}"))
+        return record
+
+    def declared_post(self, task) -> dict | None:
+        """The declared [postprocess] as pipeline.json holds it (None: none declared)."""
+        from ..task.post import check, resolve
+
+        if self.config.postprocess is None or self.config.postprocess.get("op") == "none":
+            return None
+        post = resolve(self.config.postprocess, self.config.task)
+        bad = check(post, task.kind)
+        if bad:
+            raise ConfigError(bad, hint="match [task] kind, or drop [postprocess]")
+        return post
+
+    def carry_images(self, out_dir: Path, ctx: PassContext) -> list[str]:
+        """The [preprocess] images (at most 16), copied under reference/images/ for bench
+        --end-to-end: their paths in the build."""
+        from ..task import parity
+
+        folder = ctx.project.path(self.config.preprocess["images"])
+        dest = out_dir / "reference" / "images"
+        dest.mkdir(parents=True, exist_ok=True)
+        rels = []
+        for i, p in enumerate(parity.images(folder) if folder.is_dir() else []):
+            if p.stat().st_size > runner.E2E_MAX_IMAGE_BYTES:
+                raise ConfigError(f"[preprocess] images: {p} is over {runner.E2E_MAX_IMAGE_BYTES >> 20} MB",
+                                  hint="the images travel with the build to the device: use smaller ones")
+            name = f"image_{i:02d}{p.suffix.lower()}"
+            shutil.copyfile(p, dest / name)
+            rels.append(f"reference/images/{name}")
+        return rels
 
     def preprocess_parity(self, float_dir: Path, ctx: PassContext) -> dict:
         """[preprocess] against its reference: tensors, then the float model's outputs on both.
@@ -118,7 +189,7 @@ class VerifyPass(Pass):
         except parity.ParityError as exc:
             raise PassError(self.name, str(exc), hint=f"fix [preprocess] in edgeforge.toml to match "
                                                       f"{pre['reference']}") from None
-        if len(names) == 1:
+        if len(names) == 1 and not pre.get("fold"):     # folded: the fold check compares outputs
             mine = paddle_inference(float_dir, {names[0]: np.stack(parity.declared(pre, paths))})
             theirs = paddle_inference(float_dir, {names[0]: np.stack(ref)})
             record["output_max_abs_diff"] = max(float(np.max(np.abs(a - b))) for a, b in zip(mine, theirs))
@@ -130,15 +201,19 @@ class VerifyPass(Pass):
         import json
 
         from ..task.parity import steps_of
+        from ..task.post import resolve
 
         pre, task = self.config.preprocess, self.config.task or {}
         spec = next((sp for sp in ctx.project.inputs if pre and sp.name == pre["input"]), ctx.project.inputs[0])
         doc = {"schema": "edgeforge.pipeline/1",
                "input": {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape),
-                         "layout": pre["layout"] if pre else None},
-               "preprocess": steps_of(pre) if pre else [],
-               "postprocess": {k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
-                               if k in task},
+                         "layout": ("NHWC" if pre.get("fold") else pre["layout"]) if pre else None},
+               "preprocess": [st for st in steps_of(pre) if not pre.get("fold") or st["op"] in UNFOLDED]
+                             if pre else [],
+               **({"folded": [st for st in steps_of(pre) if st["op"] not in UNFOLDED]} if pre and pre.get("fold")
+                  else {}),
+               "postprocess": {**{k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
+                                  if k in task}, **resolve(self.config.postprocess, self.config.task)},
                "labels": list(task.get("label_names") or []),
                "precision": precision}
         (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -173,6 +248,7 @@ class VerifyPass(Pass):
         if k >= len(reference):
             raise ConfigError(f"[data] label_output = {k}, but the model has {len(reference)} output(s)",
                               hint=f"use 0 to {len(reference) - 1} in edgeforge.toml")
+        outs = None
         if cfg.host_runnable:
             if ctx.backend == "onnx":
                 # the target's INT8 arithmetic, not the host CPU's (quant.arithmetic; manifest: arithmetic)
@@ -222,15 +298,19 @@ class VerifyPass(Pass):
             if labels is not None and reference[k].ndim == 2:
                 result["float_accuracy"] = float(np.mean(reference[k].argmax(1) == labels))
             result["task"] = self.task_record(task, None, reference, label_arrays, ctx)
+        if ctx.project.fold is not None:
+            result["fold"] = self.fold_check(ctx.project.fold, feeds, reference, outs, ctx)
         if contract is not None:
             result["contract"] = contract
         if preprocess is not None:
             result["preprocess"] = preprocess
-        if cfg.preprocess is not None or cfg.task is not None:
+        if cfg.preprocess is not None or cfg.task is not None or cfg.postprocess is not None:
             self.write_pipeline(out_dir, ctx, precision)
         meta = {k: v for k, v in inp.meta.items()}
         meta["verify"] = result
         meta["num_eval_samples"] = int(len(feeds[names[0]]))
+        if cfg.preprocess is not None:
+            meta["reference_images"] = self.carry_images(out_dir, ctx)
         meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)
         return meta
 

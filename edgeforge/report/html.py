@@ -28,6 +28,8 @@ _FIGURES = {  # table key -> (figure, caption)
     "int8": (plots.int8_vs_float, "INT8 against fp32 on the same device: p50 with the p10-p90 range, and accuracy drop."),
     "profile": (plots.op_profiles, "Per-op profile of each profiled run: the share of its time per op type."),
     "artifacts": (plots.artifact_sizes, "Artifact sizes (pale: the float model the INT8 artifact came from)."),
+    "e2e": (plots.end_to_end_stages, "End to end per run: each stage's p50 per image, stacked (decode, "
+                                     "pre-process, inference, post-process)."),
 }
 
 
@@ -55,7 +57,7 @@ def render_html(summary: dict, results: list[dict]) -> str:
             parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in t.notes) + "</ul>")
         if t.key in _FIGURES and t.rows:
             draw, caption = _FIGURES[t.key]
-            svg = draw(summary, results) if t.key not in ("artifacts", "profile") else draw(summary)
+            svg = draw(summary, results) if t.key not in ("artifacts", "profile", "e2e") else draw(summary)
             if svg:
                 parts.append(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
     parts += html_parts(summary)              # load curves, when there are load results

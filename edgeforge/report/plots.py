@@ -150,6 +150,12 @@ def artifact_sizes(summary: dict) -> str | None:
     return to_svg(fig, "size")
 
 
+def _stacked(runs: list):
+    """A figure for one horizontal stacked bar per run: (fig, ax, bar positions, zero lefts)."""
+    fig = figure(9.0, 0.5 * len(runs) + 1.3)
+    return fig, fig.subplots(), np.arange(len(runs)), np.zeros(len(runs))
+
+
 def op_profiles(summary: dict) -> str | None:
     """Per profiled run: a stacked bar of its time by op type (the five largest overall, the
     rest as "other"), labelled with the profiled total."""
@@ -161,10 +167,7 @@ def op_profiles(summary: dict) -> str | None:
         for o in e["profile"]["by_op"]:
             weight[o["op"]] = weight.get(o["op"], 0.0) + o["share"]
     top = sorted(weight, key=lambda op: -weight[op])[:5]
-    fig = figure(9.0, 0.5 * len(runs) + 1.3)
-    ax = fig.subplots()
-    y = np.arange(len(runs))
-    left = np.zeros(len(runs))
+    fig, ax, y, left = _stacked(runs)
     colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", FLOAT_GHOST]
     for op, color in zip(top + ["other"], colors):
         share = np.array([sum(o["share"] for o in e["profile"]["by_op"]
@@ -180,3 +183,30 @@ def op_profiles(summary: dict) -> str | None:
     ax.set_xlabel("share of profiled time (%)")
     ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=6)
     return to_svg(fig, "opp")
+
+
+E2E_COLORS = {"decode": "#8172B3", "preprocess": "#55A868", "infer": "#4C72B0", "postprocess": "#DD8452"}
+
+
+def end_to_end_stages(summary: dict) -> str | None:
+    """Per run of bench --end-to-end: a stacked bar of its per-stage p50 (decode, pre-process,
+    infer, post-process), labelled with the total p50/p99 and the share outside the model."""
+    runs = [e for e in summary["results"] if e.get("end_to_end")]
+    if not runs:
+        return None
+    fig, ax, y, left = _stacked(runs)
+    for st, color in E2E_COLORS.items():
+        v = np.array([(e["end_to_end"]["stages"].get(st) or {}).get("p50_ms") or 0.0 for e in runs])
+        ax.barh(y, v, left=left, color=color, height=0.6, label=st)
+        left += v
+    for yi, e, right in zip(y, runs, left):
+        x = e["end_to_end"]
+        tax = "" if x.get("ai_tax") is None else f", {x['ai_tax'] * 100:.0f}% outside the model"
+        ax.annotate(f"total p50 {x['total']['p50_ms']:.3g} / p99 {x['total']['p99_ms']:.3g} ms{tax}",
+                    (right, yi), textcoords="offset points", xytext=(4, -3), fontsize=8)
+    ax.set_yticks(y, [f"{e['id']} {e['label']}" for e in runs])
+    ax.invert_yaxis()
+    ax.set_xlim(0, float(left.max()) * 1.6 if left.max() > 0 else 1.0)
+    ax.set_xlabel("per-stage p50 (ms), stacked")
+    ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=4)
+    return to_svg(fig, "e2e")

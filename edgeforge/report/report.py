@@ -111,7 +111,16 @@ def _entry(index: int, path: Path, r: dict) -> dict:
         "drift": r.get("drift"),
         "transfer": r.get("transfer"),
         "profile": _profile(r),
+        "end_to_end": _end_to_end(r),
     }
+
+
+def _end_to_end(r: dict) -> dict | None:
+    """The run's end-to-end figures (bench --end-to-end), without the raw samples."""
+    e = r.get("end_to_end")
+    if not e:
+        return None
+    return {k: e.get(k) for k in ("images", "runs", "decoder", "stages", "total", "ai_tax", "shares", "postprocess")}
 
 
 def _profile(r: dict) -> dict | None:

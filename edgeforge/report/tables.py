@@ -95,13 +95,55 @@ def report_tables(summary: dict) -> list[Table]:
             profiles.rows.append([e["id"], e["label"], e["device"]["name"], fmt.ms(pr["total_ms"]),
                                   ", ".join(f"{o['op']} {o['share'] * 100:.0f}%" for o in pr["by_op"][:4]),
                                   f"{pr['qdq_share'] * 100:.1f}%"])
+    e2e = end_to_end_table(results)
     artifacts = Table("artifacts", "Artifacts", ["sha256", "model/target/backend/precision", "size", "float model size"],
                       [[Cell(a["sha256"]), a["label"], fmt.size(a.get("size_bytes")), fmt.size(a.get("float_size_bytes"))]
                        for a in summary["artifacts"]])
     sources = Table("sources", "Sources", ["run", "file", "result id", "created"],
                     [[e["id"], Cell(e["source"]), e.get("result_id"), e.get("created_at")] for e in results],
                     notes=[f"skipped {s['source']}: {s['reason']}" for s in summary.get("skipped", [])])
-    return [devices, runs, int8, placement, profiles, artifacts, sources]
+    return [devices, runs, int8, placement, profiles, e2e, artifacts, sources]
+
+
+E2E_STAGES = ("decode", "preprocess", "infer", "postprocess")
+E2E_MARKS = {"decode": "D", "preprocess": "P", "infer": "I", "postprocess": "O"}
+BAR_WIDTH = 40
+
+
+def text_bar(e2e: dict, width: int = BAR_WIDTH) -> str:
+    """The run's per-stage p50 as a stacked bar of letters (D decode, P pre-process, I infer, O
+    post-process), about ``width`` letters for the sum (a stage that took any time gets one)."""
+    p50 = [(st, (e2e["stages"].get(st) or {}).get("p50_ms") or 0.0) for st in E2E_STAGES]
+    whole = sum(v for _, v in p50)
+    if whole <= 0:
+        return "-"
+    cells = [max(1, round(v / whole * width)) if v > 0 else 0 for _, v in p50]     # every stage shows
+    return "".join(E2E_MARKS[st] * n for (st, _), n in zip(p50, cells))
+
+
+def end_to_end_table(results: list[dict]) -> Table:
+    """bench --end-to-end: per-stage p50/p99 (ms), the whole, the share outside the model."""
+    t = Table("e2e", "End to end (decode, pre-process, infer, post-process)",
+              ["run", "model/target/backend/precision", "device", "images", "decode p50/p99",
+               "pre-process p50/p99", "infer p50/p99", "post-process p50/p99", "total p50/p99",
+               "outside the model", "p50 by stage"],
+              empty="No run carries end-to-end figures (edgeforge bench --end-to-end).")
+    for e in results:
+        x = e.get("end_to_end")
+        if not x:
+            continue
+        cells = [f"{fmt.ms((x['stages'].get(st) or {}).get('p50_ms'))} / {fmt.ms((x['stages'].get(st) or {}).get('p99_ms'))}"
+                 for st in E2E_STAGES]
+        emu = e["device"].get("emulated")
+        t.rows.append([e["id"], e["label"], e["device"]["name"] + (f" (emulated, {emu})" if emu else ""),
+                       x.get("images"), *cells,
+                       f"{fmt.ms(x['total'].get('p50_ms'))} / {fmt.ms(x['total'].get('p99_ms'))}",
+                       fmt.pct(x.get("ai_tax")), Cell(text_bar(x))])
+    if t.rows:
+        t.notes.append("p50 by stage: D decode, P pre-process, I inference, O post-process, "
+                       f"{BAR_WIDTH} letters for the sum of the stages' p50; outside the model: the "
+                       "share of the summed time spent in decode, pre- and post-processing (the AI tax)")
+    return t
 
 
 def runtime_table(results: list[dict]) -> Table:

@@ -9,7 +9,8 @@ gets a ``-2``, ``-3``, ... suffix.
 Top level: schema, status ("ok", or "incomplete" when the run failed part-way and this holds
 what was measured before), created_at, edgeforge_version, artifact, build, device (name, host,
 target, fingerprint), runtime, settings, samples_ms (raw, in run order), warmup_ms, summary,
-drift, transfer, error (status "incomplete" only). ``runtime``, ``device.fingerprint`` and
+drift, transfer, error (status "incomplete" only), end_to_end (bench --end-to-end only:
+:class:`EndToEnd`; an optional section, so /1 readers that predate it keep reading results). ``runtime``, ``device.fingerprint`` and
 ``drift`` are open: the keys named here must be present (a value may be null), others may be.
 """
 from __future__ import annotations
@@ -90,6 +91,39 @@ class Drift(Open):
     # [task] builds: {kind, metric, float, artifact, drop} (names fixed: scripts read them),
     # computed on the host from the device's evaluation outputs; absent/None otherwise
     task: Optional[dict] = None
+
+
+E2E_STAGES = ("decode", "preprocess", "infer", "postprocess")
+_MS = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+
+
+class StageFigures(Open):
+    p50_ms: Optional[_MS]
+    p99_ms: Optional[_MS]
+    mean_ms: Optional[_MS]
+
+
+class EndToEnd(Open):
+    """``end_to_end`` (bench --end-to-end): each raw image through decode, pre-processing,
+    inference (batch 1) and post-processing on the device. ``stages`` and ``total``: p50/p99/mean
+    in ms; ``ai_tax``: the share of the time outside inference; ``samples_ms``: the raw
+    per-stage samples, image by image."""
+    images: int = Field(ge=1)
+    runs: int = Field(ge=1)
+    decoder: Literal["opencv", "pillow"]
+    stages: dict[Literal["decode", "preprocess", "infer", "postprocess"], StageFigures]
+    total: StageFigures
+    ai_tax: Optional[float] = Field(ge=0, le=1)
+    shares: dict[str, Optional[float]]
+    samples_ms: dict[Literal["decode", "preprocess", "infer", "postprocess"], list[_MS]]
+
+    @model_validator(mode="after")
+    def _complete(self) -> EndToEnd:
+        if set(self.stages) != set(E2E_STAGES) or set(self.samples_ms) != set(E2E_STAGES):
+            raise ValueError(f"end_to_end needs every stage: {', '.join(E2E_STAGES)}")
+        if any(len(v) != self.runs for v in self.samples_ms.values()):
+            raise ValueError(f"end_to_end: {self.runs} runs, but not as many samples per stage")
+        return self
 
 
 class Transfer(Open):
@@ -183,6 +217,7 @@ class BenchResult(DeviceRunDoc):
     summary: Summary
     drift: Drift
     transfer: Transfer
+    end_to_end: Optional[EndToEnd] = None     # bench --end-to-end (an optional section of /1)
 
     @model_validator(mode="after")
     def _samples(self) -> BenchResult:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import math
 import os
 import platform
 import sys
@@ -34,7 +35,7 @@ try:
 except ImportError:  # probe still reports the device; bench says numpy is missing
     np = None
 
-RUNNER_VERSION = 4
+RUNNER_VERSION = 5              # 5: end_to_end (bench --end-to-end), [postprocess] answers
 EVENT_PREFIX = "@@edgeforge "
 EXIT_OK, EXIT_USAGE, EXIT_DIGEST, EXIT_RUNTIME_MISSING, EXIT_RUNTIME_FAILED = 0, 2, 3, 4, 5
 EXIT_BUILD = 7
@@ -355,12 +356,14 @@ OUTPUTS_MAX_BYTES = 64 << 20     # compressed evaluation outputs sent back for t
 
 
 def packed_outputs(outs):
-    """The evaluation outputs as base64 of a compressed .npz (output_0, output_1, ...)."""
+    """The evaluation outputs as base64 of a compressed .npz (output_0, output_1, ...; or the
+    keys of a dict: the answers of the declared post-processing)."""
     import base64
     import io
 
     buf = io.BytesIO()
-    np.savez_compressed(buf, **dict(("output_%d" % i, np.asarray(o)) for i, o in enumerate(outs)))
+    arrays = outs if isinstance(outs, dict) else dict(("output_%d" % i, o) for i, o in enumerate(outs))
+    np.savez_compressed(buf, **dict((k, np.asarray(v)) for k, v in arrays.items()))
     data = buf.getvalue()
     if len(data) > OUTPUTS_MAX_BYTES:
         return None, "the evaluation outputs are %d bytes compressed (more than %d)" % (len(data), OUTPUTS_MAX_BYTES)
@@ -421,6 +424,253 @@ def run_pipeline(image, steps):
     if arr is None:
         arr = np.asarray(img, dtype=np.float32)
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+# ---------------------------------------------------------------- post-processing
+# The declared [postprocess] (pipeline.json "postprocess"), implemented once with numpy: verify
+# runs it on the host over the artifact's and the float model's outputs, the device runs it over
+# its own, and the answers (classes, text, boxes) are what drift.task compares.
+
+POSTPROCESS_OPS = ("none", "topk", "ctc_greedy", "nms")
+NMS_MAX_KEEP = 1000
+
+
+def softmax(x, axis=-1):
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def ctc_greedy(logits, blank=0, time_axis=1):
+    """Greedy CTC decoding of ``[N, T, C]`` scores (``time_axis=0``: ``[T, N, C]``): the best
+    class per step, repeats collapsed, then ``blank`` dropped. A list of lists of class ids."""
+    x = np.asarray(logits)
+    if time_axis == 0:
+        x = np.swapaxes(x, 0, 1)
+    best = x.argmax(-1) if x.ndim == 3 else x.astype(np.int64)
+    out = []
+    for row in best:
+        seq, prev = [], None
+        for c in row.tolist():
+            if c != prev and c != blank:
+                seq.append(int(c))
+            prev = c
+        out.append(seq)
+    return out
+
+
+def box_iou(box, others):
+    """IoU of one box ``[4]`` with each of ``others [K, 4]`` (x1, y1, x2, y2)."""
+    b = np.asarray(others, dtype=np.float64).reshape(-1, 4)
+    ix = np.clip(np.minimum(box[2], b[:, 2]) - np.maximum(box[0], b[:, 0]), 0, None)
+    iy = np.clip(np.minimum(box[3], b[:, 3]) - np.maximum(box[1], b[:, 1]), 0, None)
+    inter = ix * iy
+    area = max(box[2] - box[0], 0) * max(box[3] - box[1], 0)
+    union = area + np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None) - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def nms(boxes, scores, score_threshold=0.05, iou_threshold=0.5, keep_top_k=100):
+    """Multi-class NMS of raw detector outputs, PicoDet style: ``boxes [N, A, 4]``, ``scores
+    [N, C, A]`` -> rows ``[M, 6]`` (class, score, x1, y1, x2, y2) and counts ``[N]``, the layout
+    of Paddle's ``multiclass_nms3``."""
+    boxes = np.asarray(boxes, dtype=np.float64)
+    scores = np.asarray(scores, dtype=np.float64)
+    rows, counts = [], []
+    for b, s in zip(boxes, scores):
+        found = []
+        for c, sc in enumerate(s):
+            idx = np.nonzero(sc >= score_threshold)[0]
+            idx = idx[np.argsort(-sc[idx], kind="stable")]
+            while len(idx):
+                i = idx[0]
+                found.append((c, sc[i], b[i][0], b[i][1], b[i][2], b[i][3]))
+                rest = idx[1:]
+                idx = rest[box_iou(b[i], b[rest]) <= iou_threshold]
+        found.sort(key=lambda r: -r[1])
+        found = found[:int(keep_top_k)]
+        rows += found
+        counts.append(len(found))
+    return np.array(rows, dtype=np.float32).reshape(-1, 6), np.array(counts, dtype=np.int32)
+
+
+def _padded(seqs):
+    width = max([len(s) for s in seqs] + [1])
+    out = np.full((len(seqs), width), -1, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        out[i, :len(s)] = s
+    return out
+
+
+def postprocess(outputs, post):
+    """The model's outputs (a list of arrays, batch first) through ``post`` (pipeline.json
+    "postprocess": {"op": ...}) -> the answers, a dict of arrays. ops: none (the outputs as
+    they are), topk {output, k, softmax} -> classes [N, k], scores [N, k]; ctc_greedy {output,
+    blank, time_axis} -> text [N, L] (class ids, padded with -1); nms {boxes, scores,
+    score_threshold, iou_threshold, keep_top_k} -> rows [M, 6], counts [N]."""
+    post = post or {}
+    op = post.get("op", "none")
+    if op == "none":
+        return dict(("output_%d" % i, np.asarray(o)) for i, o in enumerate(outputs))
+    if op == "topk":
+        x = np.asarray(outputs[int(post.get("output", 0))], dtype=np.float64)
+        x = x.reshape(len(x), -1)
+        p = softmax(x, axis=1) if post.get("softmax", True) else x
+        k = min(int(post.get("k", 5)), p.shape[1])
+        top = np.argsort(-p, axis=1, kind="stable")[:, :k]
+        return {"classes": top.astype(np.int64), "scores": np.take_along_axis(p, top, 1).astype(np.float32)}
+    if op == "ctc_greedy":
+        x = outputs[int(post.get("output", 0))]
+        return {"text": _padded(ctc_greedy(x, int(post.get("blank", 0)), int(post.get("time_axis", 1))))}
+    if op == "nms":
+        rows, counts = nms(outputs[int(post.get("boxes", 0))], outputs[int(post.get("scores", 1))],
+                           float(post.get("score_threshold", 0.05)), float(post.get("iou_threshold", 0.5)),
+                           min(int(post.get("keep_top_k", 100)), NMS_MAX_KEEP))
+        return {"rows": rows, "counts": counts}
+    raise ValueError("unknown post-processing op %r (one of %s)" % (op, ", ".join(POSTPROCESS_OPS)))
+
+
+def concat_answers(parts):
+    """Answers of batches -> the answers of all samples (text padded to one width)."""
+    if not parts:
+        return {}
+    out = {}
+    for key in parts[0]:
+        arrs = [p[key] for p in parts]
+        if key == "text":
+            width = max(a.shape[1] for a in arrs)
+            arrs = [np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1) for a in arrs]
+        out[key] = np.concatenate(arrs)
+    return out
+
+
+# ---------------------------------------------------------------- end to end (bench --end-to-end)
+# Each of the build's raw images, per run: decode (OpenCV where the device has it, else Pillow),
+# pre-process (run_pipeline: the code verify checked), inference at batch 1, post-process. Every
+# stage is timed on its own; the share of the time outside the model is the "AI tax".
+
+E2E_STAGES = ("decode", "preprocess", "infer", "postprocess")
+E2E_MAX_IMAGES = 16
+E2E_MAX_IMAGE_BYTES = 16 << 20
+E2E_MAX_PIXELS = 40000000
+E2E_MAX_RUNS = 10000
+
+
+class E2EMissing(Exception):
+    """The device's Python cannot decode or pre-process images (no Pillow)."""
+
+
+def _decoder():
+    try:
+        from PIL import Image  # noqa: F401
+    except ImportError as exc:
+        raise E2EMissing("Pillow is not importable by %s (%s)" % (sys.executable, exc)) from exc
+    try:
+        import cv2
+        return "opencv", getattr(cv2, "__version__", None)
+    except ImportError:
+        import PIL
+        return "pillow", getattr(PIL, "__version__", None)
+
+
+def decode_image(data, decoder):
+    """JPEG/PNG bytes -> an RGB PIL image (what run_pipeline takes)."""
+    from PIL import Image
+
+    if decoder == "opencv":
+        import cv2
+
+        arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        if arr is None:
+            raise BuildFault("an image of the build does not decode")
+        return Image.fromarray(arr[..., ::-1])
+    import io
+
+    img = Image.open(io.BytesIO(data))
+    img.load()
+    return img.convert("RGB")
+
+
+def _image_bytes(build_dir, rels):
+    """The images' bytes, each checked first: at most E2E_MAX_IMAGE_BYTES, and a header (read by
+    Pillow, nothing decoded) of at most E2E_MAX_PIXELS pixels."""
+    import io
+
+    from PIL import Image
+
+    out = []
+    for rel in rels[:E2E_MAX_IMAGES]:
+        path = os.path.join(build_dir, rel)
+        if os.path.getsize(path) > E2E_MAX_IMAGE_BYTES:
+            raise BuildFault("image %s is over %d bytes" % (rel, E2E_MAX_IMAGE_BYTES))
+        with open(path, "rb") as fh:
+            data = fh.read()
+        try:
+            w, h = Image.open(io.BytesIO(data)).size
+        except Exception as exc:
+            raise BuildFault("image %s does not open: %s" % (rel, exc)) from exc
+        if w * h > E2E_MAX_PIXELS:
+            raise BuildFault("image %s has %d pixels (at most %d)" % (rel, w * h, E2E_MAX_PIXELS))
+        out.append(data)
+    return out
+
+
+def _stage_summary(xs):
+    s = sorted(xs)
+    if not s:
+        return {"p50_ms": None, "p99_ms": None, "mean_ms": None}
+    p99 = s[min(len(s) - 1, int(math.ceil(0.99 * len(s))) - 1)]
+    return {"p50_ms": float(_median(s)), "p99_ms": float(p99), "mean_ms": float(sum(s)) / len(s)}
+
+
+def e2e_summary(samples):
+    """Per-stage and whole p50/p99/mean (ms) of per-image stage samples, and the AI tax: the
+    share of the summed time spent outside inference."""
+    total = [sum(parts) for parts in zip(*(samples[st] for st in E2E_STAGES))]
+    whole = sum(total)
+    infer = sum(samples["infer"])
+    return {"stages": dict((st, _stage_summary(samples[st])) for st in E2E_STAGES),
+            "total": _stage_summary(total),
+            "ai_tax": (whole - infer) / whole if whole > 0 else None,
+            "shares": dict((st, sum(samples[st]) / whole if whole > 0 else None) for st in E2E_STAGES)}
+
+
+def end_to_end(spec, build_dir, run, feeds):
+    """The ``end_to_end`` event's figures: ``spec["end_to_end"]`` = {images (paths in the build),
+    steps (pre-processing), input (the input the image feeds), postprocess, runs}. One warm-up
+    pass over the images, then ``runs`` images timed (cycling through them)."""
+    e2e = spec["end_to_end"]
+    decoder, version = _decoder()
+    images = _image_bytes(build_dir, list(e2e.get("images") or []))
+    if not images:
+        raise BuildFault("the build carries no raw images for the end-to-end run")
+    name, steps, post = e2e["input"], e2e.get("steps") or [], e2e.get("postprocess") or {}
+    dtype = next((i.get("dtype") for i in spec["inputs"] if i["name"] == name), "float32") or "float32"
+    others = dict((k, v[:1]) for k, v in feeds.items() if k != name)
+    runs = min(int(e2e.get("runs") or len(images)), E2E_MAX_RUNS)
+    samples = dict((st, []) for st in E2E_STAGES)
+    clock = time.perf_counter
+
+    def once(data, keep):
+        t0 = clock()
+        img = decode_image(data, decoder)
+        t1 = clock()
+        x = run_pipeline(img, steps)[None].astype(dtype, copy=False)
+        t2 = clock()
+        outs = run(dict(others, **{name: x}))
+        t3 = clock()
+        postprocess(outs, post)
+        t4 = clock()
+        if keep:
+            for st, a, b in zip(E2E_STAGES, (t0, t1, t2, t3), (t1, t2, t3, t4)):
+                samples[st].append((b - a) * 1e3)
+
+    for data in images:
+        once(data, False)
+    for i in range(runs):
+        once(images[i % len(images)], True)
+    return dict(e2e_summary(samples), samples_ms=samples, images=len(images), runs=runs, decoder=decoder,
+                decoder_version=version, postprocess=post.get("op", "none"))
 
 
 def _load_npz(build_dir, rel):
@@ -944,8 +1194,9 @@ def bench_events(build_dir, spec):
     """Measure the artifact in ``build_dir`` as ``spec`` says. Events, in order:
 
     start (pid, wall time), files (sha256 checked), fingerprint (before), runtime, latency (raw
-    samples, peak RSS), fingerprint (after the timed runs), drift (evaluation set vs float), done
-    (wall time).
+    samples, peak RSS), fingerprint (after the timed runs), end_to_end (``spec["end_to_end"]``:
+    per-stage samples and figures), drift (evaluation set vs float), outputs (the evaluation
+    outputs, or with ``spec["postprocess"]`` their answers), done (wall time).
 
     ``spec["lease"]`` (optional, ``{"dir", "token"}``): the host's lease on this device; the runner
     writes its pid there so that nobody breaks the lease while it still runs.
@@ -1020,12 +1271,32 @@ def bench_events(build_dir, spec):
     after = fingerprint()
     emit("latency", **lat)
     emit("fingerprint", when="after", fingerprint=after)
+    if spec.get("end_to_end"):
+        code = e2e_event(spec, build_dir, run, feeds, (threads, power_mode))
+        if code:
+            return code
     if spec.get("profile"):
         emit("profile", **op_profile(spec, model, one, threads))
     if spec.get("drift", True):
         drift(spec, build_dir, run, (feeds, ref, labels), (threads, power_mode))
     emit("done", time=time.time())
     return EXIT_OK
+
+
+def e2e_event(spec, build_dir, run, feeds, settings):
+    """The ``end_to_end`` event (bench --end-to-end), after the timed runs; with benchmark_bin
+    timing the model, a Python predictor of its own. No Pillow: an ``error`` event, exit 4."""
+    try:
+        if run is None:
+            _import_runtime(_needed_runtime(dict(spec, runner="python")))
+            run = make_predictor(spec, build_dir, *settings)
+        figures = end_to_end(spec, build_dir, run, feeds)
+    except (E2EMissing, RuntimeMissing) as exc:
+        emit("error", kind="runtime-missing", runtime="pillow" if isinstance(exc, E2EMissing) else spec["backend"],
+             message="bench --end-to-end: %s" % exc)
+        return EXIT_RUNTIME_MISSING
+    emit("end_to_end", **figures)
+    return None
 
 
 # ---------------------------------------------------------------- per-op profile (bench --profile)
@@ -1192,11 +1463,13 @@ def drift(spec, build_dir, run, reference, settings):
     m = {k: _jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
     emit("drift", samples=int(len(next(iter(feeds.values())))), **dict(m, **extra))
     if spec.get("return_outputs"):
-        packed, why = packed_outputs(outs)
+        post = spec.get("postprocess")
+        answers = post is not None and post.get("op", "none") != "none"
+        packed, why = packed_outputs(postprocess(outs, post) if answers else outs)
         if packed is None:
             emit("outputs", npz=None, skipped=why)
         else:
-            emit("outputs", npz=packed)
+            emit("outputs", npz=packed, answers=answers)
 
 
 def _note_in_lease(lease):
@@ -1282,6 +1555,14 @@ def _check_bench(spec):
     w = spec.get("warmups", "auto")
     if w is not None and w != "auto" and not _count(w, 0, MAX_RUNS):
         return "warmups %r: 'auto' or a count from 0 to %d" % (w, MAX_RUNS)
+    e2e = spec.get("end_to_end")
+    if e2e is not None:
+        if not isinstance(e2e, dict) or not isinstance(e2e.get("images"), list):
+            return "end_to_end must be an object with a list of images"
+        if not 1 <= len(e2e["images"]) <= E2E_MAX_IMAGES:
+            return "end_to_end.images: 1 to %d images" % E2E_MAX_IMAGES
+        if e2e.get("runs") is not None and not _count(e2e["runs"], 1, E2E_MAX_RUNS):
+            return "end_to_end.runs %r: a count from 1 to %d" % (e2e["runs"], E2E_MAX_RUNS)
     return None
 
 

@@ -136,23 +136,9 @@ def against_float(dets: list[np.ndarray], float_dets: list[np.ndarray], score_th
 
 def nms(boxes, scores, score_threshold: float = 0.05, iou_threshold: float = 0.5,
         keep_top_k: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    """Multi-class NMS of raw outputs on the host: ``boxes [N, A, 4]``, ``scores [N, C, A]``
-    -> rows ``[M, 6]`` and counts ``[N]`` (the ``multiclass_nms3`` layout)."""
-    boxes = np.asarray(boxes, dtype=np.float64)
-    scores = np.asarray(scores, dtype=np.float64)
-    rows, counts = [], []
-    for b, s in zip(boxes, scores):
-        found = []
-        for c, sc in enumerate(s):
-            idx = np.nonzero(sc >= score_threshold)[0]
-            idx = idx[np.argsort(-sc[idx], kind="stable")]
-            while len(idx):
-                i = idx[0]
-                found.append((c, sc[i], *b[i]))
-                rest = idx[1:]
-                idx = rest[iou_matrix(b[i][None], b[rest])[0] <= iou_threshold]
-        found.sort(key=lambda r: -r[1])
-        found = found[:keep_top_k]
-        rows += found
-        counts.append(len(found))
-    return np.array(rows, dtype=np.float32).reshape(-1, 6), np.array(counts, dtype=np.int32)
+    """Multi-class NMS of raw outputs: ``boxes [N, A, 4]``, ``scores [N, C, A]`` -> rows
+    ``[M, 6]`` and counts ``[N]`` (the ``multiclass_nms3`` layout). The runner's: the code
+    the device runs for ``[postprocess] op = "nms"``."""
+    from ..runner.edgeforge_runner import nms as runner_nms
+
+    return runner_nms(boxes, scores, score_threshold, iou_threshold, keep_top_k)

@@ -38,12 +38,23 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
              "drop": None}
     if not event or not event.get("npz"):
         return {**empty, "skipped": (event or {}).get("skipped") or "the runner sent no evaluation outputs"}
+    post = st.pop("postprocess", None)
     try:
-        outs = _outputs(_npz(base64.b64decode(event["npz"])))
+        sent = _npz(base64.b64decode(event["npz"]))
         ref = manifest["reference"]
         reference = _outputs(_npz((Path(build_dir) / ref["outputs"]).read_bytes()))
         inputs = _npz((Path(build_dir) / ref["inputs"]).read_bytes())
-    except (OSError, ValueError, KeyError) as exc:
+        how: dict = {}
+        if post is not None and event.get("answers"):
+            # the device's answers against the float outputs through the same post-processing
+            from .post import answer_figures, answers_of
+
+            outs, reference, how = sent, answers_of(reference, post), {"figures_of": answer_figures}
+        elif post is not None:
+            return {**empty, "skipped": "the runner sent outputs, not the [postprocess] answers (an older runner)"}
+        else:
+            outs = _outputs(sent)
+    except (OSError, ValueError, KeyError, IndexError) as exc:
         return {**empty, "skipped": f"the evaluation outputs do not load: {exc}"}
     labels = {k: v for k, v in inputs.items() if k in LABEL_KEYS}
     spec, project = st.pop("metric", None), st.pop("project", None)
@@ -56,6 +67,9 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
 
         user = user_metric(Path(project), spec, log or Path(build_dir) / "bench-metric.log", pass_name="bench")
     try:
-        return evaluate(task, outs, reference, labels, user, spec or "")
+        rec = evaluate(task, outs, reference, labels, user, spec or "", **how)
+        if how:
+            rec["postprocess"] = post["op"]      # the device's answers were compared
+        return rec
     except (ValueError, PassError) as exc:
         return {**empty, "skipped": str(exc)}

@@ -111,13 +111,14 @@ UserMetric = Callable[[list, list, Optional[dict]], tuple[float, float]]
 
 
 def evaluate(task: Task, outputs: list, reference: list, labels: dict | None = None,
-             user: UserMetric | None = None, user_name: str = "") -> dict:
+             user: UserMetric | None = None, user_name: str = "", figures_of: Callable = figures) -> dict:
     """The task record of ``outputs`` (the artifact's) against ``reference`` (the float
     model's). ``user(artifact outputs, float outputs, labels) -> (float, artifact)`` replaces
-    the metric when ``[task] metric`` names one (``user_name``)."""
+    the metric when ``[task] metric`` names one (``user_name``). ``figures_of``: the figures of
+    raw outputs (:func:`figures`), or of [postprocess] answers (``post.answer_figures``)."""
     labelled = has_labels(task, labels)
-    art = figures(task, outputs, reference, labels)
-    flt = figures(task, reference, reference, labels)
+    art = figures_of(task, outputs, reference, labels)
+    flt = figures_of(task, reference, reference, labels)
     name = primary(task, labelled)
     if user is not None:
         f_val, a_val = user(outputs, reference, labels if labelled else None)

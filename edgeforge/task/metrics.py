@@ -61,20 +61,11 @@ def seg_argmax(logits) -> np.ndarray:
 
 def ctc_greedy(logits, blank: int = 0, time_axis: int = 1) -> list[list[int]]:
     """Greedy CTC decoding of ``[N, T, C]`` scores (``time_axis=0``: ``[T, N, C]``): the
-    best class per step, repeats collapsed, then ``blank`` dropped."""
-    x = np.asarray(logits)
-    if time_axis == 0:
-        x = np.swapaxes(x, 0, 1)
-    best = x.argmax(-1) if x.ndim == 3 else x.astype(np.int64)
-    out = []
-    for row in best:
-        seq, prev = [], None
-        for c in row.tolist():
-            if c != prev and c != blank:
-                seq.append(int(c))
-            prev = c
-        out.append(seq)
-    return out
+    best class per step, repeats collapsed, then ``blank`` dropped. The runner's: the code the
+    device runs for ``[postprocess] op = "ctc_greedy"``."""
+    from ..runner.edgeforge_runner import ctc_greedy as runner_ctc_greedy
+
+    return runner_ctc_greedy(logits, blank, time_axis)
 
 
 def unpad(labels) -> list[list[int]]:

@@ -39,3 +39,48 @@ def test_bench_reports_the_task_metric(cli, lab, ctc_build):
     if t["drop"] > 0:
         code, out, err = cli("gate", str(path), "--max-metric-drop", str(t["drop"] / 2))
         assert code == 1 and "sequence_accuracy drop" in out + err, out + err
+
+
+@pytest.fixture(scope="module")
+def nms_build(tmp_path_factory):
+    """A detector without NMS in its graph (boxes [N, A, 4], scores [N, C, A]) whose
+    [postprocess] decodes boxes and runs NMS: on the host in verify, on the device in bench."""
+    from task_projects import detector_project
+
+    from edgeforge import api
+
+    root = tmp_path_factory.mktemp("nms-bench")
+    proj = detector_project(root / "proj")
+    with open(proj / "edgeforge.toml", "a") as fh:
+        fh.write('\n[postprocess]\nop = "nms"\nboxes = 0\nscores = 1\nscore_threshold = 0.05\n')
+    return api.build(proj, "linux-x86", precision="fp32", out=root / "build")
+
+
+def test_postprocess_nms_runs_on_the_device_and_its_detections_are_compared(cli, lab, nms_build):
+    import json
+
+    v = nms_build.manifest["verify"]["task"]
+    assert (v["metric"], v["postprocess"]) == ("map50", "nms") and v["float"] > 0.3
+    post = json.loads((nms_build.out_dir / "pipeline.json").read_text())["postprocess"]
+    assert post["op"] == "nms" and post["score_threshold"] == 0.05 and post["iou_threshold"] == 0.5
+    code, out, err = cli("bench", nms_build.out_dir, "--device", "local", "--inventory", lab.inventory(),
+                         "--results", lab.results, "--runs", "3")
+    assert code == 0, err + out
+    [path] = lab.result_files()
+    t = read_result(path)["drift"]["task"]
+    assert (t["kind"], t["metric"], t["postprocess"]) == ("detection", "map50", "nms")
+    assert t["float"] == v["float"]          # the float outputs through the same NMS on the host
+    assert t["artifact"] == pytest.approx(v["artifact"], abs=0.02)   # fp32 on the same CPU kind
+
+
+def test_a_postprocess_for_another_task_is_refused(tmp_path):
+    from task_projects import ctc_project
+
+    from edgeforge import api
+    from edgeforge.errors import ConfigError
+
+    proj = ctc_project(tmp_path / "proj")
+    with open(proj / "edgeforge.toml", "a") as fh:
+        fh.write('\n[postprocess]\nop = "nms"\n')
+    with pytest.raises(ConfigError, match=r'op = "nms" gives a detection task\'s answers; \[task\] kind is "ctc"'):
+        api.build(proj, "linux-x86", precision="fp32", out=tmp_path / "out")

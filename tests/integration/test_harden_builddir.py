@@ -62,6 +62,16 @@ def test_reference_path_with_dotdot_is_refused(crafted, tmp_path):
     _nothing_written(tmp_path)
 
 
+def test_reference_image_path_with_dotdot_is_refused(crafted, tmp_path):
+    """bench --end-to-end's raw images (reference.images) are paths of the build too."""
+    build, inv = crafted
+    _edit(build, lambda m: m["reference"].__setitem__("images", ["reference/../../PLANTED.npz"]))
+    res = _bench(build, inv, tmp_path)
+    assert_clean_failure(res, 2, "field reference.images[0] = 'reference/../../PLANTED.npz'",
+                         "not a relative path inside the build directory")
+    _nothing_written(tmp_path)
+
+
 def test_absolute_artifact_path_is_refused(crafted, tmp_path):
     build, inv = crafted
     _edit(build, lambda m: m["artifact"].__setitem__("path", str(tmp_path / "PLANTED.npz")))

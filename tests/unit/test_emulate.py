@@ -6,7 +6,7 @@ import pytest
 
 from edgeforge.cli import main
 from edgeforge.device import emulate, rootfs
-from edgeforge.device.setup import platform_tags, runtime_packages, set_device_python
+from edgeforge.device.setup import image_packages, platform_tags, runtime_packages, set_device_python
 from edgeforge.errors import ConfigError
 from edgeforge.report.compare import compare
 from result_factory import PI4, make_result
@@ -28,6 +28,7 @@ def test_runtime_packages_pin_the_host_versions_and_explain_lite():
 
     reqs, notes = runtime_packages("rpi4")
     assert reqs == [f"numpy=={version('numpy')}", f"onnxruntime=={version('onnxruntime')}"]
+    assert image_packages() == [f"pillow=={version('pillow')}"]     # bench --end-to-end decodes with it
     assert len(notes) == 1 and "no ARM paddlelite wheel" in notes[0] and "docs/emulated-arm.md" in notes[0]
     reqs, notes = runtime_packages("jetson-orin")
     assert notes == [] and reqs[1].startswith("onnxruntime==")

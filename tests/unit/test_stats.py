@@ -131,13 +131,14 @@ def test_read_result_errors(tmp_path):
 
 def test_runner_imports_nothing_from_edgeforge():
     """The runner ships alone: standard library, numpy and the runtimes only (and Pillow, inside
-    the declared pre-processing only: [preprocess] builds need it on the device)."""
+    the declared pre-processing only: [preprocess] builds need it on the device; OpenCV's cv2,
+    optional, decodes images in bench --end-to-end where the device has it)."""
     import ast
     import sys
 
     from edgeforge.runner import RUNNER_FILE
 
-    allowed = {"numpy", "onnxruntime", "paddlelite", "PIL"} | set(sys.stdlib_module_names)
+    allowed = {"numpy", "onnxruntime", "paddlelite", "PIL", "cv2"} | set(sys.stdlib_module_names)
     tree = ast.parse(RUNNER_FILE.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
