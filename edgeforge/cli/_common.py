@@ -164,9 +164,7 @@ def add_build_flags(p, full: bool = True) -> None:
         return
     p.add_argument("--calibration", choices=["KL", "hist", "mse", "avg", "abs_max"],
                    help="calibration algorithm")
-    p.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
-                   help="INT8 budget in accuracy points, when the evaluation set has "
-                        "labels (default: the target's)")
+    add_budget_flag(p)
     p.add_argument("--min-cosine", type=cosine, metavar="C",
                    help="INT8 budget without labels: worst-output cosine against float "
                         "(default: the target's, 0.99)")
@@ -184,7 +182,17 @@ def add_build_flags(p, full: bool = True) -> None:
                         "converter (debugging)")
 
 
-def add_bench_flags(p, device: bool = True) -> None:
+def add_budget_flag(p) -> None:
+    """--max-accuracy-drop as the INT8 budget: on the verbs that build (build, run, sweep)."""
+    p.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
+                   help="INT8 budget in accuracy points, when the evaluation set has "
+                        "labels (default: the target's); the gate is --gate-accuracy-drop")
+
+
+def add_bench_flags(p, device: bool = True, builds: bool = False) -> None:
+    """The flags of a verb that benches. ``builds``: the verb also builds (run, sweep), so
+    --max-accuracy-drop is the INT8 budget there and the accuracy gate is only
+    --gate-accuracy-drop."""
     if device:
         p.add_argument("--device", required=True, metavar="NAME",
                        help="device name in the inventory")
@@ -193,7 +201,7 @@ def add_bench_flags(p, device: bool = True) -> None:
     p.add_argument("--warmups", metavar="auto|N",
                    help="'auto' (until timings settle) or a count (default: the target's)")
     add_session_flags(p)
-    add_gate_arguments(p)
+    add_gate_arguments(p, old_spelling=not builds)
 
 
 def add_session_flags(p) -> None:
@@ -268,13 +276,21 @@ def bench_options(args, **extra):
 # ---------------------------------------------------------------- gates
 
 GATE_FLAGS = GATE_NAMES
-_NEEDS_GATE = "--junit needs a gate: --max-accuracy-drop, --max-p50-ms or --min-int8-speedup"
+_NEEDS_GATE = "--junit needs a gate: --gate-accuracy-drop, --max-p50-ms or --min-int8-speedup"
 
 
-def add_gate_arguments(parser) -> None:
+def add_gate_arguments(parser, old_spelling: bool = True) -> None:
+    """The gate flags. The accuracy gate is --gate-accuracy-drop; ``old_spelling`` also takes
+    --max-accuracy-drop for it, on verbs that do not build (bench, deploy, gate), where the
+    name cannot be mistaken for the INT8 budget of ``build``."""
     grp = parser.add_argument_group("quality gates (exit 1 when one fails)")
-    grp.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
-                     help="fail a run whose accuracy drop exceeds POINTS percentage points")
+    grp.add_argument("--gate-accuracy-drop", type=points, metavar="POINTS",
+                     help="fail a run whose accuracy drop on the device exceeds POINTS "
+                          "percentage points")
+    if old_spelling:
+        grp.add_argument("--max-accuracy-drop", dest="gate_accuracy_drop", type=points,
+                         metavar="POINTS", help="the same gate, by its old name (on build, run "
+                                                "and sweep this name is the INT8 budget)")
     grp.add_argument("--max-metric-drop", type=points, metavar="POINTS",
                      help="fail a run whose [task] metric (drift.task) drops more than POINTS")
     grp.add_argument("--max-p50-ms", type=milliseconds, metavar="MS",
@@ -295,7 +311,8 @@ def gate_options(args) -> GateOptions:
     through as it is)."""
     if isinstance(args, GateOptions):
         return args
-    return GateOptions.of(**{k: getattr(args, k, None) for k in GATE_FLAGS},
+    given = {k: getattr(args, k, None) for k in GATE_FLAGS if k != "max_accuracy_drop"}
+    return GateOptions.of(max_accuracy_drop=getattr(args, "gate_accuracy_drop", None), **given,
                           force=bool(getattr(args, "force", False)), junit=getattr(args, "junit", None))
 
 

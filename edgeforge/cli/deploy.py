@@ -12,7 +12,6 @@ import json
 
 from ..errors import ConfigError, DeviceError, ExitCode
 from ._common import (
-    GATE_FLAGS,
     EXIT_CODES_HELP,
     add_bench_flags,
     add_device_flags,
@@ -21,6 +20,7 @@ from ._common import (
     console,
     escape,
     fleet_progress,
+    gate_options,
     nonneg_float,
     nonneg_int,
     positive_float,
@@ -129,7 +129,7 @@ def cmd_deploy(args) -> int:
     check_gate_flags(args)
     selector = _selector(args)
     results_dir = _results_dir(args)
-    gates = {k: getattr(args, k, None) for k in GATE_FLAGS if getattr(args, k, None) is not None}
+    gates = {k: v for k, v in gate_options(args).thresholds().items() if v is not None}
     if gates and args.force:
         gates["force"] = True
     with fleet_progress(args.quiet) as on_step:

@@ -14,7 +14,7 @@ import json
 
 from ..errors import ConfigError, ExitCode, GateFailed
 from ..report import fmt
-from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, bench_options,
+from ._common import (EXIT_CODES_HELP, add_bench_flags, add_budget_flag, add_build_flags, bench_options,
                       build_options, check_gate_flags, console, escape,
                       fleet_progress, gate_with_history, numbers, positive_int, results_history,
                       say_error, step_progress, threads, wrap)
@@ -53,7 +53,8 @@ def register(sub) -> None:
                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_project_arg(r)
     add_build_flags(r, full=False)
-    add_bench_flags(r)
+    add_budget_flag(r)
+    add_bench_flags(r, builds=True)
     r.set_defaults(func=cmd_run)
 
     w = sub.add_parser(
@@ -71,7 +72,8 @@ def register(sub) -> None:
     w.add_argument("--power-modes", metavar="M,...", help="comma-separated (default: the target's runtime.power_modes)")
     w.add_argument("--out", metavar="DIR", help="parent directory of the builds (default: build/)")
     w.add_argument("--no-cache", action="store_true")
-    add_bench_flags(w)
+    add_budget_flag(w)
+    add_bench_flags(w, builds=True)
     w.set_defaults(func=cmd_sweep)
 
 
