@@ -1,5 +1,5 @@
 """What every verb module shares: the console, argument types, the shared flag groups (build,
-bench, gates), the gate runner and the one set of progress spinners.
+bench, connection, gates) and the gate runner (the progress spinners: ``_render``).
 
 A verb module imports this and the library; never another verb module.
 """
@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 import textwrap
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode, GateFailed
@@ -205,17 +203,30 @@ def add_bench_flags(p, device: bool = True, builds: bool = False) -> None:
 
 
 def add_session_flags(p) -> None:
-    """What a verb that runs something on a device takes beside what it runs: timeouts, the
-    lease wait, connect retries, the inventory and host-key policy, results, --json, --quiet."""
+    """What a verb that runs something on a device takes beside what it runs: the connection
+    flags (:func:`add_connection_flags`), results, --json, --quiet."""
+    add_connection_flags(p)
+    p.add_argument("--results", metavar="DIR",
+                   help="where result JSON goes (default: $EDGEFORGE_RESULTS or ./results)")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
+    p.add_argument("--quiet", "-q", action="store_true")
+
+
+def add_connection_flags(p, lease: bool = True) -> None:
+    """How a verb reaches a device, the same for every verb that does (one device session,
+    :class:`edgeforge.device.session.Session`): timeouts, connect retries, the lease wait
+    (``lease``: the verb takes the lease), a lab place's queue, the inventory and host-key
+    policy. :func:`connection_options` reads them."""
     from ..options import RETRIES
 
     p.add_argument("--timeout", type=positive_float, metavar="S",
-                   help="seconds for the run on the device (default: the target's)")
+                   help="seconds for each command on the device (default: the target's)")
     p.add_argument("--connect-timeout", type=positive_float, metavar="S",
                    help="seconds to connect (default: the target's)")
-    p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
-                   help="wait up to S seconds for a device another bench holds "
-                        "(default 0: report it busy, exit 4)")
+    if lease:
+        p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
+                       help="wait up to S seconds for a device another run holds "
+                            "(default 0: report it busy, exit 4)")
     p.add_argument("--retries", type=retries, default=RETRIES, metavar="N",
                    help=f"connect again up to N times after a transient failure (refused, "
                         f"reset, timed out), backing off 0.5s, 1s, 2s, ... (default {RETRIES})")
@@ -227,10 +238,16 @@ def add_session_flags(p) -> None:
                      help=f"wait up to S seconds in labgrid's queue for the place, then exit 4 "
                           f"naming its holder (default {LAB_WAIT_S:g})")
     add_device_flags(p)
-    p.add_argument("--results", metavar="DIR",
-                   help="where result JSON goes (default: $EDGEFORGE_RESULTS or ./results)")
-    p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
-    p.add_argument("--quiet", "-q", action="store_true")
+
+
+def connection_options(args, **extra):
+    """BenchOptions of the connection flags (``add_connection_flags``) a verb took."""
+    from ..options import BenchOptions
+
+    return BenchOptions.of(timeout=args.timeout, connect_timeout=args.connect_timeout,
+                           wait=getattr(args, "wait", 0.0), retries=args.retries,
+                           trust_new_host=args.trust_new_host, inventory=args.inventory,
+                           priority=args.priority, wait_timeout=args.wait_timeout, **extra)
 
 
 def add_device_flags(p) -> None:
@@ -264,13 +281,9 @@ def build_options(args, **extra):
 
 def bench_options(args, **extra):
     """BenchOptions from the bench flags (``add_bench_flags``) a verb took."""
-    from ..options import BenchOptions
 
-    return BenchOptions.of(runs=args.runs, warmups=args.warmups, timeout=args.timeout,
-                           connect_timeout=args.connect_timeout, wait=args.wait,
-                           retries=args.retries, trust_new_host=args.trust_new_host,
-                           inventory=args.inventory, results_dir=args.results,
-                           priority=args.priority, wait_timeout=args.wait_timeout, **extra)
+    return connection_options(args, runs=args.runs, warmups=args.warmups,
+                              results_dir=args.results, **extra)
 
 
 # ---------------------------------------------------------------- gates
@@ -406,102 +419,3 @@ def print_gates(gates) -> None:
         colour = "green" if r[0] == "pass" else "red"
         t.add_row(f"[{colour}]{r[0]}[/{colour}]", *map(escape, r[1:]))
     con.print(t)
-
-
-# ---------------------------------------------------------------- progress
-
-class Spinners:
-    """The one progress display: one spinner line per key on stderr, started on the first
-    line, thread-safe (a fleet updates it from several threads)."""
-
-    def __init__(self, quiet: bool):
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-        from rich.table import Column
-
-        # the description folds, the elapsed time never shrinks (without a TTY rich would
-        # otherwise cut it to "0…" for a long line)
-        self._progress = Progress(SpinnerColumn(),
-                                  TextColumn("{task.description}",
-                                             table_column=Column(ratio=1, overflow="fold")),
-                                  TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
-                                  console=console(stderr=True), transient=False, disable=quiet)
-        self._tasks: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def last(self) -> str | None:
-        return next(reversed(self._tasks), None)
-
-    def show(self, key: str, text: str, *, done: bool = False, markup: bool = False) -> None:
-        desc = text if markup else escape(text)
-        with self._lock:
-            if not self._tasks:
-                self._progress.start()
-            if key not in self._tasks:
-                self._tasks[key] = self._progress.add_task(desc, total=None)
-            else:
-                self._progress.update(self._tasks[key], description=desc)
-            if done:
-                self._progress.update(self._tasks[key], total=1, completed=1)
-
-    def finish(self, *, except_key: str | None = None) -> None:
-        with self._lock:
-            for key, tid in self._tasks.items():
-                if key != except_key:
-                    self._progress.update(tid, total=1, completed=1)
-
-    def close(self) -> None:
-        if self._tasks:
-            self.finish()
-            self._progress.stop()
-
-
-@contextmanager
-def spinners(quiet: bool):
-    s = Spinners(quiet)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@contextmanager
-def step_progress(quiet: bool):
-    """Yields on_step(step, message): one line per step; a new step completes the others."""
-    with spinners(quiet) as s:
-        def on_step(step: str, message: str):
-            s.finish(except_key=step)
-            s.show(step, f"{step}: {message}")
-
-        yield on_step
-
-
-@contextmanager
-def fleet_progress(quiet: bool):
-    """Yields on_step(device, step, message): one line per device."""
-    final = {"done", "failed", "busy", "skipped"}
-    with spinners(quiet) as s:
-        def on_step(device: str, step: str, message: str):
-            s.show(device, f"{device}: {step}: {message}" if message else f"{device}: {step}",
-                   done=step in final)
-
-        yield on_step
-
-
-@contextmanager
-def build_progress(quiet: bool):
-    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached'."""
-    with spinners(quiet) as s:
-        def on_event(name, phase, info):
-            if phase == "start":
-                s.show(name, name)
-            else:
-                note = ({"remote": "remote hit"}.get(info.get("source"), "cached") if info["cache_hit"]
-                        else f"{info['seconds']:.1f}s")
-                s.show(name, f"{escape(name)} [dim]({note})[/dim]", done=True, markup=True)
-
-        def log(msg):
-            if s.last:
-                s.show(s.last, f"{escape(s.last)}: [dim]{escape(msg)}[/dim]", markup=True)
-
-        yield on_event, log

@@ -10,24 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ConfigError, DeviceError, ExitCode
+from ..errors import ConfigError, DeviceError, ExitCode, FleetFailed
 from ._common import (
     EXIT_CODES_HELP,
     add_bench_flags,
-    add_device_flags,
+    add_connection_flags,
     bench_options,
     check_gate_flags,
+    connection_options,
     console,
     escape,
-    fleet_progress,
     gate_options,
-    nonneg_float,
     nonneg_int,
-    positive_float,
     positive_int,
-    say_error,
     wrap,
 )
+from ._render import fleet_progress
 
 LAYOUT_HELP = """on the device, per release name:
   <workdir>/deploy/<NAME>/current -> releases/<id>   (the live one)
@@ -96,12 +94,7 @@ def register(sub) -> None:
 
 
 def _link_flags(p, wait: bool = True) -> None:
-    p.add_argument("--timeout", type=positive_float, metavar="S", help="seconds for the health check (default: the target's)")
-    p.add_argument("--connect-timeout", type=positive_float, metavar="S", help="seconds to connect (default: the target's)")
-    if wait:
-        p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S", help="wait up to S for the lease")
-    p.add_argument("--retries", type=nonneg_int, default=2, metavar="N", help="connect retries (default 2)")
-    add_device_flags(p)
+    add_connection_flags(p, lease=wait)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", "-q", action="store_true")
 
@@ -112,13 +105,6 @@ def _selector(args) -> str:
     if not (args.device or args.devices):
         raise ConfigError(f"{args.command} needs --device NAME or --devices TAG|NAME|all")
     return args.device or args.devices
-
-
-def _link_options(args):
-    from ..options import BenchOptions
-
-    return BenchOptions.of(timeout=args.timeout, connect_timeout=args.connect_timeout, wait=getattr(args, "wait", 0.0),
-                           retries=args.retries, trust_new_host=args.trust_new_host, inventory=args.inventory)
 
 
 # ---------------------------------------------------------------- commands
@@ -152,7 +138,7 @@ def cmd_rollback(args) -> int:
     selector = _selector(args)
     results_dir = _results_dir(args)
     with fleet_progress(args.quiet) as on_step:
-        record = rollback(args.name, selector, _link_options(args), to=args.to, reason=args.reason, on_step=on_step)
+        record = rollback(args.name, selector, connection_options(args), to=args.to, reason=args.reason, on_step=on_step)
     return _finish(args, record, results_dir)
 
 
@@ -180,17 +166,17 @@ def _finish(args, record, results_dir) -> int:
     failed = [e for e in record.devices if e.exit_code]
     if len(record.devices) == 1 and failed:
         e = failed[0]
-        say_error(f"device {e.device}: {e.error}" + (f"; {e.hint}" if e.hint else ""))
-    elif failed:
-        say_error(f"{len(failed)} of {len(record.devices)} devices: "
-                  + "; ".join(f"{e.device} {e.status}" for e in failed))
+        raise FleetFailed(f"device {e.device}: {e.error}", hint=e.hint, exit_code=record.exit_code)
+    if failed:
+        raise FleetFailed(f"{len(failed)} of {len(record.devices)} devices: "
+                          + "; ".join(f"{e.device} {e.status}" for e in failed), exit_code=record.exit_code)
     return int(record.exit_code)
 
 
 def cmd_releases(args) -> int:
     from ..device.deploy import list_releases
 
-    dev, st = list_releases(args.name, args.device, _link_options(args))
+    dev, st = list_releases(args.name, args.device, connection_options(args))
     if args.json:
         print(json.dumps({"schema": "edgeforge.releases/1", "device": dev.name, "name": args.name,
                           **st.to_dict()}, indent=2))

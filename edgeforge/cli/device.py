@@ -12,13 +12,26 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ConfigError, ExitCode, GateFailed
+from ..errors import ConfigError, ExitCode, FleetFailed, GateFailed
 from ..report import fmt
-from ._common import (EXIT_CODES_HELP, add_bench_flags, add_budget_flag, add_build_flags, bench_options,
-                      build_options, check_gate_flags, console, escape,
-                      fleet_progress, gate_with_history, numbers, positive_int, results_history,
-                      say_error, step_progress, threads, wrap)
-from ._render import print_build_summary, print_decision
+from ._common import (
+    EXIT_CODES_HELP,
+    add_bench_flags,
+    add_budget_flag,
+    add_build_flags,
+    bench_options,
+    build_options,
+    check_gate_flags,
+    console,
+    escape,
+    gate_with_history,
+    numbers,
+    positive_int,
+    results_history,
+    threads,
+    wrap,
+)
+from ._render import fleet_progress, print_build_summary, print_decision, step_progress
 from ._width import BORDER, clause_wrap, drop_to_fit, path_cells, short_id, table_width
 from ._project import add_project_arg
 
@@ -134,12 +147,10 @@ def _bench_fleet(args) -> int:
     if outcome.failed:
         shown = "; ".join(f"{r.name} ({r.error})" for r in outcome.failed)
         tried = len([r for r in outcome.runs if r.jobs])
-        say_error(f"{len(outcome.failed)} of {tried} devices failed: {shown}")
-        return ExitCode.DEVICE
+        raise FleetFailed(f"{len(outcome.failed)} of {tried} devices failed: {shown}")
     if not results:
-        say_error("no device was benched: "
-                  + "; ".join(f"{r.name}: {r.note}" for r in outcome.runs if r.note))
-        return ExitCode.DEVICE
+        raise FleetFailed("no device was benched: "
+                          + "; ".join(f"{r.name}: {r.note}" for r in outcome.runs if r.note))
     return gate
 
 

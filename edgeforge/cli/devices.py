@@ -10,7 +10,8 @@ import json
 from ..errors import ConfigError, ExitCode, Misconfigured
 from ..report import fmt
 from . import emulate
-from ._common import add_device_flags, console, escape, positive_float, step_progress
+from ._common import add_connection_flags, connection_options, console, escape
+from ._render import step_progress
 from ._width import table_width
 
 
@@ -18,9 +19,7 @@ def register(sub) -> None:
     d = sub.add_parser("devices", help="list the device inventory, or check one device")
     d.add_argument("action", nargs="?", choices=["list", "check", *emulate.ACTIONS], default="list")
     d.add_argument("name", nargs="?")
-    add_device_flags(d)
-    d.add_argument("--connect-timeout", type=positive_float, metavar="S")
-    d.add_argument("--timeout", type=positive_float, metavar="S")
+    add_connection_flags(d)
     d.add_argument("--json", action="store_true")
     d.add_argument("--quiet", "-q", action="store_true")
     emulate.add_arguments(d)
@@ -55,8 +54,7 @@ def cmd_devices(args) -> int:
 
     with step_progress(args.quiet) as on_step:
         on_step("check", f"connecting to {args.name}")
-        report = check_device(args.name, inventory=args.inventory, connect_timeout=args.connect_timeout,
-                              timeout=args.timeout, trust_new_host=args.trust_new_host)
+        report = check_device(args.name, inventory=args.inventory, opts=connection_options(args))
     if args.json:
         from ..device.health import HealthStore
 

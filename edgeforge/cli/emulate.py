@@ -11,8 +11,8 @@ actions in :data:`ACTIONS`, :func:`run`.
 from __future__ import annotations
 
 from ..errors import ConfigError, ExitCode
-from ..options import RETRIES
-from ._common import console, escape, nonneg_float, number, retries, step_progress
+from ._common import connection_options, console, escape, number
+from ._render import step_progress
 
 ACTIONS = ("emulate", "setup")
 
@@ -31,10 +31,6 @@ def add_arguments(p) -> None:
                    help="setup: a pip requirement instead of the target's runtime (repeatable)")
     g.add_argument("--keep-inventory", action="store_true",
                    help="setup: do not point the device's python in devices.toml at the new env")
-    g.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
-                   help="setup: wait up to S seconds for a device another bench or setup holds")
-    g.add_argument("--retries", type=retries, default=RETRIES, metavar="N",
-                   help=f"setup: connect attempts after a transient failure (default {RETRIES})")
 
 
 def run(args) -> int:
@@ -79,22 +75,13 @@ def _say(text: str, indent: str = "") -> None:
     console().print(escape("\n".join(lines)))
 
 
-def _connection(args):
-    """The connection flags `devices` takes, as bench's options (setup's defaults where not given)."""
-    from ..options import BenchOptions
-
-    return BenchOptions(connect_timeout=getattr(args, "connect_timeout", None), timeout=getattr(args, "timeout", None),
-                        wait=getattr(args, "wait", 0.0) or 0.0, retries=getattr(args, "retries", RETRIES),
-                        trust_new_host=bool(getattr(args, "trust_new_host", False)))
-
-
 def _setup(name: str, inventory, args) -> int:
     from ..device.setup import setup_device
 
     with step_progress(getattr(args, "quiet", False)) as on_step:
         res = setup_device(name, inventory=inventory, packages=args.package,
                            update_inventory=not args.keep_inventory, on_step=on_step,
-                           opts=_connection(args))
+                           opts=connection_options(args))
     asked = {r.split("=")[0].split("<")[0].split(">")[0].lower() for r in res.packages}
     main = [w["name"].split("-")[:2] for w in res.wheels if w["name"].split("-")[0].lower() in asked]
     deps = len(res.wheels) - len(main)

@@ -23,9 +23,9 @@ from ._common import (
     number,
     numbers,
     print_gates,
-    step_progress,
     wrap,
 )
+from ._render import step_progress
 
 _MAX_MS = 3_600_000.0         # an hour (device.load.MAX_SLO_MS)
 _ms = number(float, "milliseconds", at_most=_MAX_MS)

@@ -16,12 +16,12 @@ from ..manifest import read_manifest
 from ..options import BenchOptions
 from ..results.deploy import DeviceEntry, new_record
 from .bench import Bench, guarded, resolve_settings
-from .deploy_device import (KEEP, Deployer, DeploySpec, Step, Switch, detail, Link, device_settings,
-                            release_files, switch_device)
+from .deploy_device import KEEP, Deployer, DeploySpec, Step, Switch, detail, release_files, switch_device
 from .deploy_safety import HealthUnchecked, StateUnknown, StopRequest, last_record_note
 from .health import HealthStore
 from .inventory import Device, load_inventory, select_devices
 from .releases import NAME_HINT_DEPLOY, Releases, check_id, check_name
+from .session import Session, device_timeouts
 from .settings import results_dir_of
 
 __all__ = ["KEEP", "DeploySpec", "Switch", "Deployer", "deploy", "rollback", "list_releases", "release_files",
@@ -35,12 +35,10 @@ def list_releases(name: str, device: str, opts: BenchOptions | None = None):
     opts = opts or BenchOptions()
     check_name(name)
     dev = load_inventory(opts.inventory).get(device)
-    link = Link(dev, device_settings(dev, opts), opts, lambda s, m: None)
-    tr = link.connect()
-    try:
-        st = Releases(tr, name, link.settings.command_timeout_s).state()
-    finally:
-        tr.close()
+    t = device_timeouts(dev, opts)
+    with Session(dev, opts, connect_timeout_s=t.connect_timeout_s, command_timeout_s=t.command_timeout_s,
+                 lease=False) as ses:
+        st = Releases(ses.tr, name, t.command_timeout_s).state()
     st.record_note = last_record_note(results_dir_of(opts), name, dev.name, st.current)
     return dev, st
 
@@ -169,8 +167,8 @@ def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record
     results = []
     for dev, e in canaries:
         b = Bench(build_dir, dev, resolve_settings(read_manifest(build_dir), dev, opts), opts,
-                  on_step=lambda s, m, n=dev.name: on_step(n, s, m), tags={"deploy": {"id": record.id, "role": "canary"}})
-        b.remote_subdir = f"deploy/{record.name}/current"
+                  on_step=lambda s, m, n=dev.name: on_step(n, s, m), tags={"deploy": {"id": record.id, "role": "canary"}},
+                  remote_subdir=f"deploy/{record.name}/current")
         try:
             out = b.run()
         except EdgeforgeError as exc:

@@ -166,12 +166,12 @@ def settle(store, entry) -> None:
         entry.notes.append(f"could not remove {rid} ({detail(exc)}); the next deploy sweeps it")
 
 
-def read_back(link, store_of, entry) -> str | None:
-    """Settle ``entry`` on a new connection (``link.connect()``, with its retries); the reason
-    it could not, or None."""
+def read_back(session, store_of, entry) -> str | None:
+    """Settle ``entry`` on a new connection (``session.connect()``, with its retries; no
+    lease: the deploy's own was released or lost); the reason it could not, or None."""
     entry.read_back = False
     try:
-        tr = link.connect()
+        tr = session.connect()
     except DeviceError as exc:
         return detail(exc)
     try:

@@ -110,7 +110,7 @@ def test_devices_keeps_the_port(columns, tmp_path, monkeypatch, capsys):
 
 
 def test_progress_without_a_tty_keeps_the_elapsed_time(monkeypatch, capsys):
-    from edgeforge.cli._common import step_progress
+    from edgeforge.cli._render import step_progress
 
     monkeypatch.setenv("COLUMNS", "80")
     with step_progress(False) as on_step:
