@@ -45,7 +45,7 @@ def _fleet(results: Path):
 
 @pytest.mark.parametrize("columns", [80, 200])
 def test_fleet_table_fits(columns, tmp_path, monkeypatch, capsys):
-    from edgeforge.cli.device import print_fleet
+    from edgeforge.cli.bench import print_fleet
 
     monkeypatch.setenv("COLUMNS", str(columns))
     results = tmp_path / "results"
@@ -66,7 +66,7 @@ def test_fleet_table_fits(columns, tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("columns", [80, 200])
 def test_sweep_table_fits(columns, tmp_path, monkeypatch, capsys):
-    from edgeforge.cli.device import print_sweep
+    from edgeforge.cli.bench import print_sweep
 
     monkeypatch.setenv("COLUMNS", str(columns))
     results = tmp_path / "results"
