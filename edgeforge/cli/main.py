@@ -20,11 +20,11 @@ import threading
 import traceback
 
 from ..errors import EdgeforgeError, ExitCode, Stopped, signal_name
-from . import _help, bench, build, deploy, devices, init, load, profile, report, toolchain
+from . import _help, bench, build, deploy, devices, doctor, init, load, profile, report, toolchain
 from ._common import Parser
 from ._project import resolve_args
 
-VERBS = (init, build, deploy, bench, devices, load, profile, report, toolchain)
+VERBS = (init, build, deploy, bench, devices, load, profile, report, toolchain, doctor)
 
 
 def build_parser() -> Parser:
