@@ -181,6 +181,15 @@ def print_decision(record: dict, out_dir) -> None:
     con.print(f"decision: {out_dir}/decision.json", markup=False)
 
 
+def say_wrapped(text: str, indent: str = "") -> None:
+    """One message, wrapped at 80 columns (continuation lines indented under it)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, 80, initial_indent=indent, subsequent_indent=indent + "  ",
+                          break_on_hyphens=False, break_long_words=False)
+    console().print(escape("\n".join(lines)))
+
+
 # ---------------------------------------------------------------- progress
 
 class Spinners:

@@ -1,7 +1,10 @@
-"""The ``devices`` verb: list the inventory (and a [labgrid] lab's places), or check one device.
+"""The ``devices`` verb: list the inventory (and a [labgrid] lab's places), check one device,
+install its runtime; ``devices emulate`` is cli/emulate.py's.
 
     edgeforge devices [list] [--inventory FILE]
-    edgeforge devices check NAME [--inventory FILE] [--trust-new-host]
+    edgeforge devices check NAME [--inventory FILE] [connection flags]
+    edgeforge devices setup NAME [--inventory FILE] [--package REQ]... [--keep-inventory]
+        [--connect-timeout S] [--timeout S] [--wait S] [--retries N] [--trust-new-host]
 """
 from __future__ import annotations
 
@@ -11,17 +14,22 @@ from ..errors import ConfigError, ExitCode, Misconfigured
 from ..report import fmt
 from . import emulate
 from ._common import add_connection_flags, connection_options, console, escape
-from ._render import step_progress
+from ._render import say_wrapped, step_progress
 from ._width import table_width
 
 
 def register(sub) -> None:
     d = sub.add_parser("devices", help="list the device inventory, or check one device")
-    d.add_argument("action", nargs="?", choices=["list", "check", *emulate.ACTIONS], default="list")
+    d.add_argument("action", nargs="?", choices=["list", "check", *emulate.ACTIONS, "setup"], default="list")
     d.add_argument("name", nargs="?")
     add_connection_flags(d)
     d.add_argument("--json", action="store_true")
     d.add_argument("--quiet", "-q", action="store_true")
+    g = d.add_argument_group("setup")
+    g.add_argument("--package", action="append", metavar="REQ",
+                   help="setup: a pip requirement instead of the target's runtime (repeatable)")
+    g.add_argument("--keep-inventory", action="store_true",
+                   help="setup: do not point the device's python in devices.toml at the new env")
     emulate.add_arguments(d)
     d.set_defaults(func=cmd_devices)
 
@@ -30,7 +38,14 @@ def cmd_devices(args) -> int:
     from ..device.inventory import load_inventory
 
     if args.action in emulate.ACTIONS:
-        return emulate.run(args)
+        started = emulate.run(args)
+        if started is not None and args.setup:
+            return cmd_setup(*started, args)
+        return ExitCode.OK
+    if args.action == "setup":
+        if not args.name:
+            raise ConfigError("`edgeforge devices setup` needs a device name")
+        return cmd_setup(args.name, args.inventory, args)
     if args.action == "list":
         if args.name:
             raise ConfigError("`edgeforge devices list` takes no device name")
@@ -70,6 +85,29 @@ def cmd_devices(args) -> int:
     store = HealthStore(load_inventory(args.inventory).path)
     if store.clear(args.name) and not args.json:
         console().print(f"cleared the unhealthy mark on {escape(args.name)} in {escape(store.path)}")
+    return ExitCode.OK
+
+
+def cmd_setup(name: str, inventory, args) -> int:
+    """``devices setup NAME``: the target's runtime installed on the device."""
+    from ..device.setup import setup_device
+
+    with step_progress(getattr(args, "quiet", False)) as on_step:
+        res = setup_device(name, inventory=inventory, packages=args.package,
+                           update_inventory=not args.keep_inventory, on_step=on_step,
+                           opts=connection_options(args))
+    asked = {r.split("=")[0].split("<")[0].split(">")[0].lower() for r in res.packages}
+    main = [w["name"].split("-")[:2] for w in res.wheels if w["name"].split("-")[0].lower() in asked]
+    deps = len(res.wheels) - len(main)
+    t = res.seconds
+    say_wrapped(f"{res.device}: {'already had' if res.reused else 'installed'} {', '.join(' '.join(m) for m in main)}"
+                + (f" and {deps} dependencies" if deps else "")
+                + f" for {res.platform[0]}, Python {res.python_version} in {sum(t.values()):.0f} s "
+                  f"(download {t.get('download', 0):.0f} s, upload {t.get('upload', 0):.0f} s, "
+                  f"install {t.get('install', 0):.0f} s)")
+    say_wrapped(f"env python {res.python}" + ("; devices.toml points there now" if res.inventory_updated else ""), "  ")
+    for note in res.notes:
+        say_wrapped(f"note: {note}", "  ")
     return ExitCode.OK
 
 
