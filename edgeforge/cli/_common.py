@@ -362,24 +362,33 @@ def enforce_gates(args, results: list[dict], reference: list[dict] = ()) -> None
     require_passed(gates)
 
 
-def apply_gates(args, results: list[dict], reference: list[dict] = ()) -> int:
-    """``enforce_gates`` for a verb that goes on after a failed gate: prints the failure and
-    returns ExitCode.GATE (or OK)."""
+def gate_failure(args, results: list[dict], reference: list[dict] = ()) -> GateFailed | None:
+    """``enforce_gates`` for a verb with more to report after a failed gate (a device failure
+    takes precedence): prints the gates, writes --junit, and returns the failure for the verb
+    to raise (or None)."""
     try:
         enforce_gates(args, results, reference)
     except GateFailed as exc:
-        say_error(exc.one_line())
-        return ExitCode.GATE
-    return ExitCode.OK
+        return exc
+    return None
 
 
-def gate_with_history(args, results: list[dict], new_paths=()) -> int:
-    """``apply_gates``, where earlier runs in the results directory may serve as the fp32
+def gate_failure_with_history(args, results: list[dict], new_paths=()) -> GateFailed | None:
+    """``gate_failure``, where earlier runs in the results directory may serve as the fp32
     counterparts of INT8 runs (--min-int8-speedup)."""
     reference = []
     if gate_options(args).min_int8_speedup is not None:
         reference = results_history(args, new_paths)
-    return apply_gates(args, results, reference=reference)
+    return gate_failure(args, results, reference=reference)
+
+
+def gate_with_history(args, results: list[dict], new_paths=()) -> ExitCode:
+    """The gates over ``results`` (``gate_failure_with_history``); a failed one is raised
+    (exit 1 through the error map), else ExitCode.OK."""
+    failure = gate_failure_with_history(args, results, new_paths)
+    if failure is not None:
+        raise failure
+    return ExitCode.OK
 
 
 def results_history(args, new_paths=()) -> list[dict]:

@@ -24,10 +24,12 @@ from ._common import (
     check_gate_flags,
     console,
     escape,
+    gate_failure_with_history,
     gate_with_history,
     numbers,
     positive_int,
     results_history,
+    say_error,
     threads,
     wrap,
 )
@@ -143,7 +145,9 @@ def _bench_fleet(args) -> int:
                 print_int8_verdict(r, pool)
         print_fleet(outcome)
     results = outcome.results
-    gate = gate_with_history(args, results, [j.path for r in outcome.runs for j in r.jobs])
+    gate = gate_failure_with_history(args, results, [j.path for r in outcome.runs for j in r.jobs])
+    if gate is not None and (outcome.failed or not results):
+        say_error(gate.one_line())          # a device failure takes precedence: exit 4
     if outcome.failed:
         shown = "; ".join(f"{r.name} ({r.error})" for r in outcome.failed)
         tried = len([r for r in outcome.runs if r.jobs])
@@ -151,7 +155,9 @@ def _bench_fleet(args) -> int:
     if not results:
         raise FleetFailed("no device was benched: "
                           + "; ".join(f"{r.name}: {r.note}" for r in outcome.runs if r.note))
-    return gate
+    if gate is not None:
+        raise gate
+    return ExitCode.OK
 
 
 def cmd_run(args) -> int:
@@ -219,13 +225,17 @@ def cmd_sweep(args) -> int:
                                      for p in outcome.points]}, indent=2))
     else:
         print_sweep(outcome)
-    gate = gate_with_history(args, outcome.results, [p.path for p in outcome.points]) if outcome.results else ExitCode.OK
+    gate = gate_failure_with_history(args, outcome.results, [p.path for p in outcome.points]) if outcome.results else None
+    if gate is not None and (outcome.error is not None or outcome.verify_failed):
+        say_error(gate.one_line())          # the device error or the failed verify is the exit
     if outcome.error is not None:
         raise outcome.error
     if outcome.verify_failed:
         raise GateFailed(f"verify failed for {', '.join(outcome.verify_failed)}",
                          hint="not benched")
-    return gate
+    if gate is not None:
+        raise gate
+    return ExitCode.OK
 
 
 def print_int8_verdict(result: dict, pool: list[dict]) -> None:
