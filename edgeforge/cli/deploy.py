@@ -170,7 +170,7 @@ def _finish(args, record, results_dir) -> int:
     if failed:
         raise FleetFailed(f"{len(failed)} of {len(record.devices)} devices: "
                           + "; ".join(f"{e.device} {e.status}" for e in failed), exit_code=record.exit_code)
-    return int(record.exit_code)
+    return ExitCode.OK
 
 
 def cmd_releases(args) -> int:
