@@ -71,7 +71,7 @@ def check_device(name: str, *, inventory=None, opts: BenchOptions | None = None)
         ok = bool(info.get("present"))
         detail = f"{rt_name} {info.get('version')}" if ok else f"{rt_name}: {info.get('error', 'missing')}"
         if not ok and backend == "lite" and profile.hardware.arch != "x86_64":
-            from .setup import LITE_REMEDY
+            from .sync import LITE_REMEDY
             detail += f"; {LITE_REMEDY}"
         if ok and backend == "onnx":
             wanted = list(profile.backend.onnx.execution_providers)

@@ -33,20 +33,10 @@ from ..runner import remote
 from ..targets import load_target
 from .inventory import Device, load_inventory
 from .session import Session
+from .sync import LITE_REMEDY
 from .transport import SSHTransport
 
-LITE_README = "docs/emulated-arm.md, 'Paddle Lite on an ARM board'"
-LITE_REMEDY = (f"no ARM paddlelite wheel exists on the package registry: build Paddle Lite's ARM light API "
-               f"or benchmark_bin for the board (see {LITE_README})")
 LITE_NOTE = f"paddlelite: {LITE_REMEDY}"
-
-
-def runtime_remedy(missing: list[str], machine: str | None, device: str) -> str:
-    """What to do about runtime modules a device lacks: Lite on ARM needs a build, the rest setup."""
-    if "paddlelite" in missing and (machine or "").startswith(("aarch64", "arm")):
-        return LITE_REMEDY
-    return (f"edgeforge devices setup {device} installs {' and '.join(missing)} from the host; or point "
-            "python = ... in devices.toml at a Python that has them")
 
 # Runs on the device: what its wheels must be built for. Standard library only.
 DEVICE_FACTS = r'''

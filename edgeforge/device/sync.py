@@ -24,6 +24,19 @@ from .transport import SSHTransport
 
 Step = Callable[[str, str], None]   # (step, message)
 
+LITE_README = "docs/emulated-arm.md, 'Paddle Lite on an ARM board'"
+LITE_REMEDY = (f"no ARM paddlelite wheel exists on the package registry: build Paddle Lite's ARM light API "
+               f"or benchmark_bin for the board (see {LITE_README})")
+
+
+def runtime_remedy(missing: list[str], machine: str | None, device: str) -> str:
+    """What to do about runtime modules a device lacks: Lite on ARM needs a build, the rest
+    ``devices setup``."""
+    if "paddlelite" in missing and (machine or "").startswith(("aarch64", "arm")):
+        return LITE_REMEDY
+    return (f"edgeforge devices setup {device} installs {' and '.join(missing)} from the host; or point "
+            "python = ... in devices.toml at a Python that has them")
+
 
 def local_digests(build_dir: Path, manifest: dict, files: dict[str, Path]) -> dict[str, str]:
     """sha256 of each file that ships, by its path on the device; ConfigError when the artifact
@@ -76,7 +89,6 @@ def prepare(tr: SSHTransport, manifest: dict, settings: BenchSettings, digests: 
                             hint="set workdir = ... in devices.toml to a directory the user can write")
     missing = [m for m, ok in info["modules"].items() if not ok]
     if missing:
-        from .setup import runtime_remedy
         raise RuntimeMissing(dev.name, f"runtime missing: {', '.join(missing)} not importable by "
                                        f"{info['executable']} (Python {info['python']})",
                              hint=runtime_remedy(missing, info.get("machine"), dev.name))
