@@ -1,4 +1,4 @@
-"""The device verbs: ``bench``, ``run``, ``sweep``.
+"""The measuring verbs: ``bench``, ``run``, ``sweep``.
 
     edgeforge bench BUILD_DIR --device NAME [bench flags] [gate flags]
     edgeforge bench BUILD_DIR... --devices TAG|NAME|all[,...] [--jobs N] [...]
