@@ -183,7 +183,7 @@ class FleetFailed(EdgeforgeError):
         super().__init__(message, hint=hint)
 
 
-# ---------------------------------------------------------------- deploy (device/deploy.py)
+# ---------------------------------------------------------------- deploy (device/release/deploy.py)
 
 class ReleaseRefused(DeviceError):
     """The device refused a change to its releases: the release is incomplete or missing, or

@@ -214,7 +214,7 @@ def add_session_flags(p) -> None:
 
 def add_connection_flags(p, lease: bool = True) -> None:
     """How a verb reaches a device, the same for every verb that does (one device session,
-    :class:`edgeforge.device.session.Session`): timeouts, connect retries, the lease wait
+    :class:`edgeforge.device.link.session.Session`): timeouts, connect retries, the lease wait
     (``lease``: the verb takes the lease), a lab place's queue, the inventory and host-key
     policy. :func:`connection_options` reads them."""
     from ..options import RETRIES

@@ -106,7 +106,7 @@ def cmd_bench(args) -> int:
 
 
 def _bench_one(args) -> int:
-    from ..device.bench import bench
+    from ..device.measure.bench import bench
 
     with step_progress(args.quiet) as on_step:
         opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile)
@@ -125,7 +125,7 @@ def _report_one(args, outcome) -> int:
 
 
 def _bench_fleet(args) -> int:
-    from ..device.fleet import fleet_bench
+    from ..device.measure.fleet import fleet_bench
     from ..lab.config import parse_where
 
     where = parse_where(args.where)
@@ -162,8 +162,8 @@ def _bench_fleet(args) -> int:
 
 def cmd_run(args) -> int:
     from .. import api
-    from ..device.bench import bench
-    from ..device.inventory import load_inventory
+    from ..device.measure.bench import bench
+    from ..device.link.inventory import load_inventory
 
     check_gate_flags(args)
     dev = load_inventory(args.inventory).get(args.device)   # fail before a build, not after
@@ -187,7 +187,7 @@ def cmd_run(args) -> int:
 
 
 def _run_auto(args) -> int:
-    from ..device.auto import decide_on_device
+    from ..device.workflow.auto import decide_on_device
 
     with step_progress(args.quiet) as on_step:
         d = decide_on_device(args.project, args.target, args.device, build_options(args),
@@ -203,7 +203,7 @@ def _run_auto(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..device.sweep import SweepAxes, parse_list, sweep
+    from ..device.measure.sweep import SweepAxes, parse_list, sweep
 
     check_gate_flags(args)
     bad = [p for p in (args.precisions or "").split(",") if p.strip() and p.strip() not in ("int8", "fp16", "fp32")]

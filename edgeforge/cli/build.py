@@ -38,7 +38,7 @@ def cmd_build(args) -> int:
     from .. import api
 
     if args.precision == "auto":
-        from ..device.auto import decide_on_host
+        from ..device.workflow.auto import decide_on_host
 
         with build_progress(args.quiet) as (on_event, log):
             decision = decide_on_host(args.project, args.target, build_options(args), out=args.out, log=log)

@@ -110,7 +110,7 @@ def _selector(args) -> str:
 # ---------------------------------------------------------------- commands
 
 def cmd_deploy(args) -> int:
-    from ..device.deploy import DeploySpec, deploy
+    from ..device.release.deploy import DeploySpec, deploy
 
     check_gate_flags(args)
     selector = _selector(args)
@@ -133,7 +133,7 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_rollback(args) -> int:
-    from ..device.deploy import rollback
+    from ..device.release.deploy import rollback
 
     selector = _selector(args)
     results_dir = _results_dir(args)
@@ -145,7 +145,7 @@ def cmd_rollback(args) -> int:
 def _results_dir(args):
     """Where the deploy record goes (--results, $EDGEFORGE_RESULTS, results/), checked before
     anything runs on a device."""
-    from ..device.settings import check_results_dir, results_dir_of
+    from ..device.link.settings import check_results_dir, results_dir_of
     from ..options import BenchOptions
 
     d = results_dir_of(BenchOptions.of(results_dir=args.results))
@@ -174,7 +174,7 @@ def _finish(args, record, results_dir) -> int:
 
 
 def cmd_releases(args) -> int:
-    from ..device.deploy import list_releases
+    from ..device.release.deploy import list_releases
 
     dev, st = list_releases(args.name, args.device, connection_options(args))
     if args.json:

@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def cmd_devices(args) -> int:
-    from ..device.inventory import load_inventory
+    from ..device.link.inventory import load_inventory
 
     if args.action in emulate.ACTIONS:
         started = emulate.run(args)
@@ -51,7 +51,7 @@ def cmd_devices(args) -> int:
             raise ConfigError("`edgeforge devices list` takes no device name")
         inv = load_inventory(args.inventory)
         if args.json:
-            from ..device.health import HealthStore
+            from ..device.link.health import HealthStore
 
             state = HealthStore(inv.path).read()
             doc = {n: {**inv.devices[n].model_dump(mode="json"), "health": state.get(n)} for n in inv.names()}
@@ -65,13 +65,13 @@ def cmd_devices(args) -> int:
         return ExitCode.OK
     if not args.name:
         raise ConfigError("`edgeforge devices check` needs a device name")
-    from ..device.check import check_device
+    from ..device.link.check import check_device
 
     with step_progress(args.quiet) as on_step:
         on_step("check", f"connecting to {args.name}")
         report = check_device(args.name, inventory=args.inventory, opts=connection_options(args))
     if args.json:
-        from ..device.health import HealthStore
+        from ..device.link.health import HealthStore
 
         state = HealthStore(load_inventory(args.inventory).path).get(args.name)
         print(json.dumps({**report, "health": state or None}, indent=2))
@@ -80,7 +80,7 @@ def cmd_devices(args) -> int:
     if not report["matches"]:
         failed = [f"{c['check']} ({c['detail']})" for c in report["checks"] if c["required"] and not c["ok"]]
         raise Misconfigured(args.name, f"does not match target {report['target']}: {'; '.join(failed)}")
-    from ..device.health import HealthStore
+    from ..device.link.health import HealthStore
 
     store = HealthStore(load_inventory(args.inventory).path)
     if store.clear(args.name) and not args.json:
@@ -90,7 +90,7 @@ def cmd_devices(args) -> int:
 
 def cmd_setup(name: str, inventory, args) -> int:
     """``devices setup NAME``: the target's runtime installed on the device."""
-    from ..device.setup import setup_device
+    from ..device.provision.setup import setup_device
 
     with step_progress(getattr(args, "quiet", False)) as on_step:
         res = setup_device(name, inventory=inventory, packages=args.package,
@@ -114,7 +114,7 @@ def cmd_setup(name: str, inventory, args) -> int:
 def print_devices(inv) -> None:
     from rich.table import Table
 
-    from ..device.health import HealthStore
+    from ..device.link.health import HealthStore
 
     state = HealthStore(inv.path).read()
     t = Table(title=escape(f"devices in {inv.path}"), title_justify="left")
@@ -166,7 +166,7 @@ def print_lab(inv) -> None:
     A coordinator that does not answer is the verb's error (exit 4), after the static devices."""
     from rich.table import Table
 
-    from ..device.health import HealthStore
+    from ..device.link.health import HealthStore
     from ..lab.status import lab_status
 
     lab, con = inv.lab, console()

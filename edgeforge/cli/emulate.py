@@ -36,7 +36,7 @@ def run(args) -> tuple[str, str] | None:
                           hint="edgeforge devices emulate start --dir DIR")
     if not args.dir:
         raise ConfigError(f"`edgeforge devices emulate {args.name}` needs --dir DIR")
-    from ..device.emulate import Emulator
+    from ..device.provision.emulate import Emulator
 
     emu = Emulator(args.dir, cpu=args.cpu, target=args.target, port=args.port)
     if args.name == "stop":

@@ -9,7 +9,7 @@ configuration, 3 a build pass failed, 4 a device failed, 70 an internal error (a
 edgeforge, not in the input: re-run with --debug and report it), 130 interrupted: SIGINT
 (Ctrl-C), SIGTERM (``timeout``, a CI cancel, systemd) and SIGHUP alike. SIGTERM and SIGHUP take
 KeyboardInterrupt's path (:class:`edgeforge.errors.Stopped`), so cleanup runs and one line is
-printed; during a device run :mod:`edgeforge.device.interrupt` handles all three.
+printed; during a device run :mod:`edgeforge.device.link.interrupt` handles all three.
 """
 from __future__ import annotations
 

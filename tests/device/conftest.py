@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeforge.device import localsshd
-from edgeforge.device.localsshd import LocalSshd
+from edgeforge.device.provision import localsshd
+from edgeforge.device.provision.localsshd import LocalSshd
 
 
 def pytest_collection_modifyitems(items):

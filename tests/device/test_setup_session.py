@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from edgeforge.device.inventory import load_inventory
-from edgeforge.device.lease import Lease
-from edgeforge.device.transport import SSHTransport
+from edgeforge.device.link.inventory import load_inventory
+from edgeforge.device.link.lease import Lease
+from edgeforge.device.link.transport import SSHTransport
 
 pytestmark = pytest.mark.device
 

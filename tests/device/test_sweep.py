@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeforge.device.sweep import default_threads, parse_list
+from edgeforge.device.measure.sweep import default_threads, parse_list
 from edgeforge.errors import ConfigError
 from edgeforge.results.schema import read_result
 

@@ -21,8 +21,8 @@ def _table_lines(text: str) -> list[str]:
 
 def _fleet(results: Path):
     """A real FleetOutcome: two devices that benched, one that could not be reached."""
-    from edgeforge.device.fleet import DeviceRun, FleetOutcome, Job
-    from edgeforge.device.inventory import Device
+    from edgeforge.device.measure.fleet import DeviceRun, FleetOutcome, Job
+    from edgeforge.device.link.inventory import Device
 
     manifest = {"name": "digits", "target": "linux-x86", "backend": "onnx", "precision": "int8"}
     runs = []
@@ -70,7 +70,7 @@ def test_sweep_table_fits(columns, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("COLUMNS", str(columns))
     results = tmp_path / "results"
-    from edgeforge.device.sweep import SweepOutcome, SweepPoint
+    from edgeforge.device.measure.sweep import SweepOutcome, SweepPoint
 
     p50 = {("fp32", 1): 12.0, ("fp32", 4): 5.0, ("int8", 1): 4.8, ("int8", 4): 2.5}
     points = []

@@ -31,15 +31,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, ConnectionLost, EdgeforgeError, HealthCheckFailed, ReleaseRefused
-from ..options import BenchOptions
-from ..results.deploy import DeviceEntry
-from . import sync
+from ...errors import ConfigError, ConnectionLost, EdgeforgeError, HealthCheckFailed, ReleaseRefused
+from ...options import BenchOptions
+from ...results.deploy import DeviceEntry
+from ..link import sync
 from .deploy_safety import DeployStopped, StopRequest, last_record_note, outcome, pause_at, read_back, settle
-from .inventory import Device
+from ..link.inventory import Device
 from .releases import Releases, new_release_id, operator, run_smoke
-from .session import Session, device_timeouts
-from .settings import BenchSettings, build_files, resolve_settings, results_dir_of
+from ..link.session import Session, device_timeouts
+from ..link.settings import BenchSettings, build_files, resolve_settings, results_dir_of
 
 KEEP = 5
 Step = Callable[[str, str, str], None]      # (device, step, message)

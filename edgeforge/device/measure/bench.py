@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
-from ..errors import (ConfigError, DeviceError, Interrupted, RunnerCrashed, RunnerTimeout, RuntimeMissing)
-from ..options import BenchOptions
-from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
-from ..results.stats import summarize
-from ..task.drift import drift_task, wants_outputs
-from .interrupt import StopOnSignal, interrupted, stop_runner
-from .inventory import Device, load_inventory
-from .lease import Lease, iso
-from .settings import (
+from ... import __version__
+from ...errors import (ConfigError, DeviceError, Interrupted, RunnerCrashed, RunnerTimeout, RuntimeMissing)
+from ...options import BenchOptions
+from ...results.schema import SCHEMA, empty_drift, now_iso, write_result
+from ...results.stats import summarize
+from ...task.drift import drift_task, wants_outputs
+from ..link.interrupt import StopOnSignal, interrupted, stop_runner
+from ..link.inventory import Device, load_inventory
+from ..link.lease import Lease, iso
+from ..link.settings import (
     RUNNER_NAME,
     RUNTIME_FOR_BACKEND,
     BenchSettings,
@@ -44,12 +44,12 @@ from .settings import (
     results_dir_of,
     validate_build,
 )
-from .events import Partial, tail
-from .health import guarded     # its home was here: fleet, deploy and load import it from here
+from ..link.events import Partial, tail
+from ..link.health import guarded     # its home was here: fleet, deploy and load import it from here
 from .runner_errors import runner_error
-from . import sync
-from .session import BACKOFF_S, Session
-from .transport import SSHTransport
+from ..link import sync
+from ..link.session import BACKOFF_S, Session
+from ..link.transport import SSHTransport
 
 DEADLINE_GRACE_S = 5.0
 
@@ -73,7 +73,7 @@ def _signal_name(n: int) -> str:
 
 
 class Bench:
-    """One bench of one build on one device. A subclass (``device.load``) runs another runner
+    """One bench of one build on one device. A subclass (``measure.load``) runs another runner
     ``command`` and overrides ``measured``, ``result`` and ``write``."""
 
     command = "bench"               # the runner's subcommand
@@ -84,7 +84,7 @@ class Bench:
         opts = opts or BenchOptions()
         self.remote_subdir = remote_subdir
         self.opts = opts
-        from ..api import read_manifest
+        from ...api import read_manifest
 
         self.wait_s = opts.wait
         self.retries = opts.retries
@@ -376,7 +376,7 @@ def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
 
     Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed, is
     busy, or is marked unhealthy)."""
-    from ..api import read_manifest
+    from ...api import read_manifest
 
     opts = opts or BenchOptions()
     manifest = read_manifest(build_dir)

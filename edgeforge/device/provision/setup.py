@@ -26,15 +26,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cache import default_cache_dir, sha256_file
-from ..errors import ConfigError, DeviceError
-from ..options import BenchOptions
-from ..runner import remote
-from ..targets import load_target
-from .inventory import Device, load_inventory
-from .session import Session
-from .sync import LITE_REMEDY
-from .transport import SSHTransport
+from ...cache import default_cache_dir, sha256_file
+from ...errors import ConfigError, DeviceError
+from ...options import BenchOptions
+from ...runner import remote
+from ...targets import load_target
+from ..link.inventory import Device, load_inventory
+from ..link.session import Session
+from ..link.sync import LITE_REMEDY
+from ..link.transport import SSHTransport
 
 LITE_NOTE = f"paddlelite: {LITE_REMEDY}"
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
-from ..options import BenchOptions
-from ..runner import RUNNER_FILE
-from ..targets import load_target
+from ...errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
+from ...options import BenchOptions
+from ...runner import RUNNER_FILE
+from ...targets import load_target
 from .settings import RUNTIME_FOR_BACKEND, arch_matches
 from .inventory import load_inventory
 from .session import Session

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..cache import sha256_file
-from ..errors import ConfigError, ConnectionLost, Misconfigured, RunnerCrashed, RunnerTimeout, RuntimeMissing
-from ..runner import remote
+from ...cache import sha256_file
+from ...errors import ConfigError, ConnectionLost, Misconfigured, RunnerCrashed, RunnerTimeout, RuntimeMissing
+from ...runner import remote
 from .events import tail
 from .lease import Lease
 from .settings import PREPARE_PREFIX, BenchSettings, arch_matches, needed_modules

@@ -22,8 +22,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..errors import ConfigError, DeviceError
-from ..options import RETRIES, BenchOptions
+from ...errors import ConfigError, DeviceError
+from ...options import RETRIES, BenchOptions
 from .inventory import Device
 from .lease import Lease, lease_ttl
 from .transport import SSHTransport
@@ -48,8 +48,8 @@ def hold_place(device: Device, opts: BenchOptions | None, say: Step):
     """The device's labgrid place, reserved and acquired (None for a device outside a lab)."""
     if device.lab is None:
         return None
-    from ..lab.client import LabClient
-    from ..lab.hold import PlaceHold, Queue
+    from ...lab.client import LabClient
+    from ...lab.hold import PlaceHold, Queue
 
     o = opts or BenchOptions()
     return PlaceHold(LabClient(device.lab.coordinator), device.lab.place, device.name,
@@ -124,7 +124,7 @@ class Timeouts:
 def device_timeouts(dev: Device, opts: BenchOptions) -> Timeouts:
     """Timeouts for a verb without a build (rollback, releases, devices check and setup): the
     flags, else the device's target's bench defaults (10 s, 600 s for a target not known)."""
-    from ..targets import load_target
+    from ...targets import load_target
 
     try:
         b = load_target(dev.target).bench

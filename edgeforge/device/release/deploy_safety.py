@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import DeviceError, EdgeforgeError, Interrupted
+from ...errors import DeviceError, EdgeforgeError, Interrupted
 
 PAUSE_ENV = "EDGEFORGE_DEPLOY_PAUSE"
 PAUSE_MAX_S = 120.0
@@ -220,8 +220,8 @@ def last_record_note(results_dir, name: str, device: str, current: str | None) -
     """When the newest deploy/rollback record of ``name`` in ``results_dir`` could not read
     ``device`` back (status unknown, or ``read_back`` false) and the device's ``current``
     differs from it: a note saying so."""
-    from ..errors import ResultError
-    from ..results.deploy import DeployRecord, record_filename_suffix
+    from ...errors import ResultError
+    from ...results.deploy import DeployRecord, record_filename_suffix
 
     d = Path(results_dir)
     try:

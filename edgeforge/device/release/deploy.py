@@ -10,19 +10,19 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..errors import (Busy, ConfigError, EdgeforgeError, GateFailed, HealthCheckFailed, Interrupted, SmokeFailed,
+from ...errors import (Busy, ConfigError, EdgeforgeError, GateFailed, HealthCheckFailed, Interrupted, SmokeFailed,
                       Unhealthy)
-from ..manifest import read_manifest
-from ..options import BenchOptions
-from ..results.deploy import DeviceEntry, new_record
-from .bench import Bench, guarded, resolve_settings
+from ...manifest import read_manifest
+from ...options import BenchOptions
+from ...results.deploy import DeviceEntry, new_record
+from ..measure.bench import Bench, guarded, resolve_settings
 from .deploy_device import KEEP, Deployer, DeploySpec, Step, Switch, detail, release_files, switch_device
 from .deploy_safety import HealthUnchecked, StateUnknown, StopRequest, last_record_note
-from .health import HealthStore
-from .inventory import Device, load_inventory, select_devices
+from ..link.health import HealthStore
+from ..link.inventory import Device, load_inventory, select_devices
 from .releases import NAME_HINT_DEPLOY, Releases, check_id, check_name
-from .session import Session, device_timeouts
-from .settings import results_dir_of
+from ..link.session import Session, device_timeouts
+from ..link.settings import results_dir_of
 
 __all__ = ["KEEP", "DeploySpec", "Switch", "Deployer", "deploy", "rollback", "list_releases", "release_files",
            "switch_device"]
@@ -96,7 +96,7 @@ def deploy(build_dir, devices: str, opts: BenchOptions | None = None, spec: Depl
     ``edgeforge.deploy/1`` record, one entry per device. With ``spec.canary`` K: the first K
     devices first, benched (through ``current``) and gated with ``spec.gates``; if they pass the
     rest follow, else the canaries are switched back and the rest are not touched."""
-    from .fleet import new_id, plan
+    from ..measure.fleet import new_id, plan
 
     opts, spec = opts or BenchOptions(), spec or DeploySpec()
     name, keep, canary, jobs = spec.name, spec.keep, spec.canary, spec.jobs
@@ -159,7 +159,7 @@ def _fleet(dep: Deployer, inv, store, todo, record, jobs) -> None:
 def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record, on_step) -> str | None:
     """Bench the canaries that were deployed (through ``current``) and gate them; the reason
     they failed, or None."""
-    from ..report.gates import evaluate_gates
+    from ...report.gates import evaluate_gates
 
     failed = [e for _, e in canaries if e.status != "deployed"]
     if failed:
@@ -182,7 +182,7 @@ def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record
     # gate, saying so)
     reference = []
     if gates.get("min_int8_speedup") is not None:
-        from ..report.load import earlier_results
+        from ...report.load import earlier_results
 
         reference = earlier_results(results_dir_of(opts), [e.bench_result for _, e in canaries])
     verdicts = evaluate_gates(results, **gates, reference=reference) if gates else []
@@ -213,7 +213,7 @@ def _revert(dev: Device, name: str, opts: BenchOptions, e: DeviceEntry, why: str
 def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: str | None = None,
              reason: str | None = None, on_step: Step | None = None):
     """Switch NAME back on the selected devices: to the release before current, or to ``to``."""
-    from .fleet import new_id
+    from ..measure.fleet import new_id
 
     opts = opts or BenchOptions()
     check_name(name)
