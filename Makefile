@@ -64,13 +64,13 @@ demo: sshd venv lite train
 	$(EF) build examples/digits --target jetson-orin
 	$(EF) build examples/digits --target linux-x86
 	$(EF) build examples/digits --target linux-x86 --precision fp32
-	$(BIN)/python -m edgeforge.device.localsshd start --dir $(DEMO_DEVICE)
+	$(BIN)/python -m edgeforge.device.provision.localsshd start --dir $(DEMO_DEVICE)
 	@status=0; \
 	  if [ -f build/digits-linux-x86-lite/manifest.json ] && $(EF) doctor --target rpi4 >/dev/null; then \
 	    EDGEFORGE_DEVICES=$(DEMO_DEVICE)/devices.toml $(EF) bench build/digits-linux-x86-lite --device local || status=$$?; fi; \
 	  [ $$status -ne 0 ] || EDGEFORGE_DEVICES=$(DEMO_DEVICE)/devices.toml $(EF) bench build/digits-linux-x86-fp32 --device local || status=$$?; \
 	  [ $$status -ne 0 ] || EDGEFORGE_DEVICES=$(DEMO_DEVICE)/devices.toml $(EF) bench build/digits-linux-x86 --device local || status=$$?; \
-	  $(BIN)/python -m edgeforge.device.localsshd stop --dir $(DEMO_DEVICE); \
+	  $(BIN)/python -m edgeforge.device.provision.localsshd stop --dir $(DEMO_DEVICE); \
 	  [ $$status -ne 0 ] || $(EF) report results --out results/report || status=$$?; \
 	  exit $$status
 

@@ -101,7 +101,7 @@ def check_lite() -> Item:
 
 
 def check_sshd() -> Item:
-    from .device.localsshd import SSHD
+    from .device.provision.localsshd import SSHD
 
     ok = Path(SSHD).is_file()
     return Item("sshd", ok, f"{SSHD} (local device)" if ok else "not found",

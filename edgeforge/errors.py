@@ -170,7 +170,20 @@ class GateFailed(EdgeforgeError):
         super().__init__(message, hint=hint)
 
 
-# ---------------------------------------------------------------- deploy (device/deploy.py)
+class FleetFailed(EdgeforgeError):
+    """Devices of a fleet (a fleet bench, a deploy, a rollback) failed, each a value in the
+    outcome or the record, which is kept: what the caller can do next is that of the worst
+    device. ``exit_code``: 4 when a device failed (the default); a deploy record's own (130
+    interrupted, 70 a bug, 4, 2 refused, 1 smoke or gate), given by the record."""
+
+    exit_code = ExitCode.DEVICE
+
+    def __init__(self, message: str, *, exit_code: int = ExitCode.DEVICE, hint: str | None = None):
+        self.exit_code = ExitCode(exit_code)
+        super().__init__(message, hint=hint)
+
+
+# ---------------------------------------------------------------- deploy (device/release/deploy.py)
 
 class ReleaseRefused(DeviceError):
     """The device refused a change to its releases: the release is incomplete or missing, or

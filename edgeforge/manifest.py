@@ -174,7 +174,7 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    # the model every reader checks (edgeforge.device.buildcheck): a build never writes a
+    # the model every reader checks (edgeforge.device.link.buildcheck): a build never writes a
     # manifest its own device verbs would refuse
     Manifest.model_validate(json.loads(json.dumps(doc)))
     return doc

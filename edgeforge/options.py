@@ -5,7 +5,7 @@
   in which every choice is made: backend, precision, calibration, the accuracy budget.
 - :class:`BenchOptions`: what ``edgeforge bench`` takes (runs, timeouts, leases, retries,
   where the inventory and the results are). The device-specific settings are resolved per
-  build and device by :func:`edgeforge.device.bench.resolve_settings`.
+  build and device by :func:`edgeforge.device.measure.bench.resolve_settings`.
 
 Both are strict and frozen: an unknown option is refused, a derived one is
 ``opts.model_copy(update={...})``. ``BuildOptions.of(base, **overrides)`` is how the

@@ -1,5 +1,5 @@
 """What every verb module shares: the console, argument types, the shared flag groups (build,
-bench, gates), the gate runner and the one set of progress spinners.
+bench, connection, gates) and the gate runner (the progress spinners: ``_render``).
 
 A verb module imports this and the library; never another verb module.
 """
@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 import textwrap
-import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode, GateFailed
@@ -165,9 +163,7 @@ def add_build_flags(p, full: bool = True) -> None:
         return
     p.add_argument("--calibration", choices=["KL", "hist", "mse", "avg", "abs_max"],
                    help="calibration algorithm")
-    p.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
-                   help="INT8 budget in accuracy points, when the evaluation set has "
-                        "labels (default: the target's)")
+    add_budget_flag(p)
     p.add_argument("--min-cosine", type=cosine, metavar="C",
                    help="INT8 budget without labels: worst-output cosine against float "
                         "(default: the target's, 0.99)")
@@ -188,7 +184,17 @@ def add_build_flags(p, full: bool = True) -> None:
                         "converter (debugging)")
 
 
-def add_bench_flags(p, device: bool = True) -> None:
+def add_budget_flag(p) -> None:
+    """--max-accuracy-drop as the INT8 budget: on the verbs that build (build, run, sweep)."""
+    p.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
+                   help="INT8 budget in accuracy points, when the evaluation set has "
+                        "labels (default: the target's); the gate is --gate-accuracy-drop")
+
+
+def add_bench_flags(p, device: bool = True, builds: bool = False) -> None:
+    """The flags of a verb that benches. ``builds``: the verb also builds (run, sweep), so
+    --max-accuracy-drop is the INT8 budget there and the accuracy gate is only
+    --gate-accuracy-drop."""
     if device:
         p.add_argument("--device", required=True, metavar="NAME",
                        help="device name in the inventory")
@@ -197,21 +203,34 @@ def add_bench_flags(p, device: bool = True) -> None:
     p.add_argument("--warmups", metavar="auto|N",
                    help="'auto' (until timings settle) or a count (default: the target's)")
     add_session_flags(p)
-    add_gate_arguments(p)
+    add_gate_arguments(p, old_spelling=not builds)
 
 
 def add_session_flags(p) -> None:
-    """What a verb that runs something on a device takes beside what it runs: timeouts, the
-    lease wait, connect retries, the inventory and host-key policy, results, --json, --quiet."""
+    """What a verb that runs something on a device takes beside what it runs: the connection
+    flags (:func:`add_connection_flags`), results, --json, --quiet."""
+    add_connection_flags(p)
+    p.add_argument("--results", metavar="DIR",
+                   help="where result JSON goes (default: $EDGEFORGE_RESULTS or ./results)")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
+    p.add_argument("--quiet", "-q", action="store_true")
+
+
+def add_connection_flags(p, lease: bool = True) -> None:
+    """How a verb reaches a device, the same for every verb that does (one device session,
+    :class:`edgeforge.device.link.session.Session`): timeouts, connect retries, the lease wait
+    (``lease``: the verb takes the lease), a lab place's queue, the inventory and host-key
+    policy. :func:`connection_options` reads them."""
     from ..options import RETRIES
 
     p.add_argument("--timeout", type=positive_float, metavar="S",
-                   help="seconds for the run on the device (default: the target's)")
+                   help="seconds for each command on the device (default: the target's)")
     p.add_argument("--connect-timeout", type=positive_float, metavar="S",
                    help="seconds to connect (default: the target's)")
-    p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
-                   help="wait up to S seconds for a device another bench holds "
-                        "(default 0: report it busy, exit 4)")
+    if lease:
+        p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S",
+                       help="wait up to S seconds for a device another run holds "
+                            "(default 0: report it busy, exit 4)")
     p.add_argument("--retries", type=retries, default=RETRIES, metavar="N",
                    help=f"connect again up to N times after a transient failure (refused, "
                         f"reset, timed out), backing off 0.5s, 1s, 2s, ... (default {RETRIES})")
@@ -223,10 +242,16 @@ def add_session_flags(p) -> None:
                      help=f"wait up to S seconds in labgrid's queue for the place, then exit 4 "
                           f"naming its holder (default {LAB_WAIT_S:g})")
     add_device_flags(p)
-    p.add_argument("--results", metavar="DIR",
-                   help="where result JSON goes (default: $EDGEFORGE_RESULTS or ./results)")
-    p.add_argument("--json", action="store_true", help="print the result JSON instead of a table")
-    p.add_argument("--quiet", "-q", action="store_true")
+
+
+def connection_options(args, **extra):
+    """BenchOptions of the connection flags (``add_connection_flags``) a verb took."""
+    from ..options import BenchOptions
+
+    return BenchOptions.of(timeout=args.timeout, connect_timeout=args.connect_timeout,
+                           wait=getattr(args, "wait", 0.0), retries=args.retries,
+                           trust_new_host=args.trust_new_host, inventory=args.inventory,
+                           priority=args.priority, wait_timeout=args.wait_timeout, **extra)
 
 
 def add_device_flags(p) -> None:
@@ -262,25 +287,29 @@ def build_options(args, **extra):
 
 def bench_options(args, **extra):
     """BenchOptions from the bench flags (``add_bench_flags``) a verb took."""
-    from ..options import BenchOptions
 
-    return BenchOptions.of(runs=args.runs, warmups=args.warmups, timeout=args.timeout,
-                           connect_timeout=args.connect_timeout, wait=args.wait,
-                           retries=args.retries, trust_new_host=args.trust_new_host,
-                           inventory=args.inventory, results_dir=args.results,
-                           priority=args.priority, wait_timeout=args.wait_timeout, **extra)
+    return connection_options(args, runs=args.runs, warmups=args.warmups,
+                              results_dir=args.results, **extra)
 
 
 # ---------------------------------------------------------------- gates
 
 GATE_FLAGS = GATE_NAMES
-_NEEDS_GATE = "--junit needs a gate: --max-accuracy-drop, --max-p50-ms or --min-int8-speedup"
+_NEEDS_GATE = "--junit needs a gate: --gate-accuracy-drop, --max-p50-ms or --min-int8-speedup"
 
 
-def add_gate_arguments(parser) -> None:
+def add_gate_arguments(parser, old_spelling: bool = True) -> None:
+    """The gate flags. The accuracy gate is --gate-accuracy-drop; ``old_spelling`` also takes
+    --max-accuracy-drop for it, on verbs that do not build (bench, deploy, gate), where the
+    name cannot be mistaken for the INT8 budget of ``build``."""
     grp = parser.add_argument_group("quality gates (exit 1 when one fails)")
-    grp.add_argument("--max-accuracy-drop", type=points, metavar="POINTS",
-                     help="fail a run whose accuracy drop exceeds POINTS percentage points")
+    grp.add_argument("--gate-accuracy-drop", type=points, metavar="POINTS",
+                     help="fail a run whose accuracy drop on the device exceeds POINTS "
+                          "percentage points")
+    if old_spelling:
+        grp.add_argument("--max-accuracy-drop", dest="gate_accuracy_drop", type=points,
+                         metavar="POINTS", help="the same gate, by its old name (on build, run "
+                                                "and sweep this name is the INT8 budget)")
     grp.add_argument("--max-metric-drop", type=points, metavar="POINTS",
                      help="fail a run whose [task] metric (drift.task) drops more than POINTS")
     grp.add_argument("--max-p50-ms", type=milliseconds, metavar="MS",
@@ -301,7 +330,8 @@ def gate_options(args) -> GateOptions:
     through as it is)."""
     if isinstance(args, GateOptions):
         return args
-    return GateOptions.of(**{k: getattr(args, k, None) for k in GATE_FLAGS},
+    given = {k: getattr(args, k, None) for k in GATE_FLAGS if k != "max_accuracy_drop"}
+    return GateOptions.of(max_accuracy_drop=getattr(args, "gate_accuracy_drop", None), **given,
                           force=bool(getattr(args, "force", False)), junit=getattr(args, "junit", None))
 
 
@@ -338,24 +368,33 @@ def enforce_gates(args, results: list[dict], reference: list[dict] = ()) -> None
     require_passed(gates)
 
 
-def apply_gates(args, results: list[dict], reference: list[dict] = ()) -> int:
-    """``enforce_gates`` for a verb that goes on after a failed gate: prints the failure and
-    returns ExitCode.GATE (or OK)."""
+def gate_failure(args, results: list[dict], reference: list[dict] = ()) -> GateFailed | None:
+    """``enforce_gates`` for a verb with more to report after a failed gate (a device failure
+    takes precedence): prints the gates, writes --junit, and returns the failure for the verb
+    to raise (or None)."""
     try:
         enforce_gates(args, results, reference)
     except GateFailed as exc:
-        say_error(exc.one_line())
-        return ExitCode.GATE
-    return ExitCode.OK
+        return exc
+    return None
 
 
-def gate_with_history(args, results: list[dict], new_paths=()) -> int:
-    """``apply_gates``, where earlier runs in the results directory may serve as the fp32
+def gate_failure_with_history(args, results: list[dict], new_paths=()) -> GateFailed | None:
+    """``gate_failure``, where earlier runs in the results directory may serve as the fp32
     counterparts of INT8 runs (--min-int8-speedup)."""
     reference = []
     if gate_options(args).min_int8_speedup is not None:
         reference = results_history(args, new_paths)
-    return apply_gates(args, results, reference=reference)
+    return gate_failure(args, results, reference=reference)
+
+
+def gate_with_history(args, results: list[dict], new_paths=()) -> ExitCode:
+    """The gates over ``results`` (``gate_failure_with_history``); a failed one is raised
+    (exit 1 through the error map), else ExitCode.OK."""
+    failure = gate_failure_with_history(args, results, new_paths)
+    if failure is not None:
+        raise failure
+    return ExitCode.OK
 
 
 def results_history(args, new_paths=()) -> list[dict]:
@@ -395,102 +434,3 @@ def print_gates(gates) -> None:
         colour = "green" if r[0] == "pass" else "red"
         t.add_row(f"[{colour}]{r[0]}[/{colour}]", *map(escape, r[1:]))
     con.print(t)
-
-
-# ---------------------------------------------------------------- progress
-
-class Spinners:
-    """The one progress display: one spinner line per key on stderr, started on the first
-    line, thread-safe (a fleet updates it from several threads)."""
-
-    def __init__(self, quiet: bool):
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-        from rich.table import Column
-
-        # the description folds, the elapsed time never shrinks (without a TTY rich would
-        # otherwise cut it to "0…" for a long line)
-        self._progress = Progress(SpinnerColumn(),
-                                  TextColumn("{task.description}",
-                                             table_column=Column(ratio=1, overflow="fold")),
-                                  TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
-                                  console=console(stderr=True), transient=False, disable=quiet)
-        self._tasks: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def last(self) -> str | None:
-        return next(reversed(self._tasks), None)
-
-    def show(self, key: str, text: str, *, done: bool = False, markup: bool = False) -> None:
-        desc = text if markup else escape(text)
-        with self._lock:
-            if not self._tasks:
-                self._progress.start()
-            if key not in self._tasks:
-                self._tasks[key] = self._progress.add_task(desc, total=None)
-            else:
-                self._progress.update(self._tasks[key], description=desc)
-            if done:
-                self._progress.update(self._tasks[key], total=1, completed=1)
-
-    def finish(self, *, except_key: str | None = None) -> None:
-        with self._lock:
-            for key, tid in self._tasks.items():
-                if key != except_key:
-                    self._progress.update(tid, total=1, completed=1)
-
-    def close(self) -> None:
-        if self._tasks:
-            self.finish()
-            self._progress.stop()
-
-
-@contextmanager
-def spinners(quiet: bool):
-    s = Spinners(quiet)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@contextmanager
-def step_progress(quiet: bool):
-    """Yields on_step(step, message): one line per step; a new step completes the others."""
-    with spinners(quiet) as s:
-        def on_step(step: str, message: str):
-            s.finish(except_key=step)
-            s.show(step, f"{step}: {message}")
-
-        yield on_step
-
-
-@contextmanager
-def fleet_progress(quiet: bool):
-    """Yields on_step(device, step, message): one line per device."""
-    final = {"done", "failed", "busy", "skipped"}
-    with spinners(quiet) as s:
-        def on_step(device: str, step: str, message: str):
-            s.show(device, f"{device}: {step}: {message}" if message else f"{device}: {step}",
-                   done=step in final)
-
-        yield on_step
-
-
-@contextmanager
-def build_progress(quiet: bool):
-    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached'."""
-    with spinners(quiet) as s:
-        def on_event(name, phase, info):
-            if phase == "start":
-                s.show(name, name)
-            else:
-                note = ({"remote": "remote hit"}.get(info.get("source"), "cached") if info["cache_hit"]
-                        else f"{info['seconds']:.1f}s")
-                s.show(name, f"{escape(name)} [dim]({note})[/dim]", done=True, markup=True)
-
-        def log(msg):
-            if s.last:
-                s.show(s.last, f"{escape(s.last)}: [dim]{escape(msg)}[/dim]", markup=True)
-
-        yield on_event, log

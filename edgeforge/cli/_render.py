@@ -1,8 +1,11 @@
 """Renderers shared by several verb modules (the build summary: `build`, `run`)."""
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 from ..report import fmt
-from ._common import console
+from ._common import console, escape
 
 
 def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
@@ -200,3 +203,111 @@ def print_decision(record: dict, out_dir) -> None:
     con.print(f"[bold]precision auto[/bold] ({escape(where)}): [bold]{escape(record['chosen'])}[/bold] — "
               f"{escape(record['reason'])}", soft_wrap=False)
     con.print(f"decision: {out_dir}/decision.json", markup=False)
+
+
+def say_wrapped(text: str, indent: str = "") -> None:
+    """One message, wrapped at 80 columns (continuation lines indented under it)."""
+    import textwrap
+
+    lines = textwrap.wrap(text, 80, initial_indent=indent, subsequent_indent=indent + "  ",
+                          break_on_hyphens=False, break_long_words=False)
+    console().print(escape("\n".join(lines)))
+
+
+# ---------------------------------------------------------------- progress
+
+class Spinners:
+    """The one progress display: one spinner line per key on stderr, started on the first
+    line, thread-safe (a fleet updates it from several threads)."""
+
+    def __init__(self, quiet: bool):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.table import Column
+
+        # the description folds, the elapsed time never shrinks (without a TTY rich would
+        # otherwise cut it to "0…" for a long line)
+        self._progress = Progress(SpinnerColumn(),
+                                  TextColumn("{task.description}",
+                                             table_column=Column(ratio=1, overflow="fold")),
+                                  TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
+                                  console=console(stderr=True), transient=False, disable=quiet)
+        self._tasks: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def last(self) -> str | None:
+        return next(reversed(self._tasks), None)
+
+    def show(self, key: str, text: str, *, done: bool = False, markup: bool = False) -> None:
+        desc = text if markup else escape(text)
+        with self._lock:
+            if not self._tasks:
+                self._progress.start()
+            if key not in self._tasks:
+                self._tasks[key] = self._progress.add_task(desc, total=None)
+            else:
+                self._progress.update(self._tasks[key], description=desc)
+            if done:
+                self._progress.update(self._tasks[key], total=1, completed=1)
+
+    def finish(self, *, except_key: str | None = None) -> None:
+        with self._lock:
+            for key, tid in self._tasks.items():
+                if key != except_key:
+                    self._progress.update(tid, total=1, completed=1)
+
+    def close(self) -> None:
+        if self._tasks:
+            self.finish()
+            self._progress.stop()
+
+
+@contextmanager
+def spinners(quiet: bool):
+    s = Spinners(quiet)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@contextmanager
+def step_progress(quiet: bool):
+    """Yields on_step(step, message): one line per step; a new step completes the others."""
+    with spinners(quiet) as s:
+        def on_step(step: str, message: str):
+            s.finish(except_key=step)
+            s.show(step, f"{step}: {message}")
+
+        yield on_step
+
+
+@contextmanager
+def fleet_progress(quiet: bool):
+    """Yields on_step(device, step, message): one line per device."""
+    final = {"done", "failed", "busy", "skipped"}
+    with spinners(quiet) as s:
+        def on_step(device: str, step: str, message: str):
+            s.show(device, f"{device}: {step}: {message}" if message else f"{device}: {step}",
+                   done=step in final)
+
+        yield on_step
+
+
+@contextmanager
+def build_progress(quiet: bool):
+    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached'."""
+    with spinners(quiet) as s:
+        def on_event(name, phase, info):
+            if phase == "start":
+                s.show(name, name)
+            else:
+                note = ({"remote": "remote hit"}.get(info.get("source"), "cached") if info["cache_hit"]
+                        else f"{info['seconds']:.1f}s")
+                s.show(name, f"{escape(name)} [dim]({note})[/dim]", done=True, markup=True)
+
+        def log(msg):
+            if s.last:
+                s.show(s.last, f"{escape(s.last)}: [dim]{escape(msg)}[/dim]", markup=True)
+
+        yield on_event, log

@@ -4,8 +4,8 @@ from __future__ import annotations
 import shutil
 
 from ..errors import ConfigError, ExitCode, GateFailed, PassError
-from ._common import add_build_flags, build_options, build_progress, console
-from ._render import print_build_summary, print_decision
+from ._common import add_build_flags, build_options, console
+from ._render import build_progress, print_build_summary, print_decision
 from ._project import add_project_arg
 
 
@@ -38,7 +38,7 @@ def cmd_build(args) -> int:
     from .. import api
 
     if args.precision == "auto":
-        from ..device.auto import decide_on_host
+        from ..device.workflow.auto import decide_on_host
 
         with build_progress(args.quiet) as (on_event, log):
             decision = decide_on_host(args.project, args.target, build_options(args), out=args.out, log=log)

@@ -10,24 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ConfigError, DeviceError, ExitCode
+from ..errors import ConfigError, DeviceError, ExitCode, FleetFailed
 from ._common import (
-    GATE_FLAGS,
     EXIT_CODES_HELP,
     add_bench_flags,
-    add_device_flags,
+    add_connection_flags,
     bench_options,
     check_gate_flags,
+    connection_options,
     console,
     escape,
-    fleet_progress,
-    nonneg_float,
+    gate_options,
     nonneg_int,
-    positive_float,
     positive_int,
-    say_error,
     wrap,
 )
+from ._render import fleet_progress
 
 LAYOUT_HELP = """on the device, per release name:
   <workdir>/deploy/<NAME>/current -> releases/<id>   (the live one)
@@ -96,12 +94,7 @@ def register(sub) -> None:
 
 
 def _link_flags(p, wait: bool = True) -> None:
-    p.add_argument("--timeout", type=positive_float, metavar="S", help="seconds for the health check (default: the target's)")
-    p.add_argument("--connect-timeout", type=positive_float, metavar="S", help="seconds to connect (default: the target's)")
-    if wait:
-        p.add_argument("--wait", type=nonneg_float, default=0.0, metavar="S", help="wait up to S for the lease")
-    p.add_argument("--retries", type=nonneg_int, default=2, metavar="N", help="connect retries (default 2)")
-    add_device_flags(p)
+    add_connection_flags(p, lease=wait)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quiet", "-q", action="store_true")
 
@@ -114,22 +107,15 @@ def _selector(args) -> str:
     return args.device or args.devices
 
 
-def _link_options(args):
-    from ..options import BenchOptions
-
-    return BenchOptions.of(timeout=args.timeout, connect_timeout=args.connect_timeout, wait=getattr(args, "wait", 0.0),
-                           retries=args.retries, trust_new_host=args.trust_new_host, inventory=args.inventory)
-
-
 # ---------------------------------------------------------------- commands
 
 def cmd_deploy(args) -> int:
-    from ..device.deploy import DeploySpec, deploy
+    from ..device.release.deploy import DeploySpec, deploy
 
     check_gate_flags(args)
     selector = _selector(args)
     results_dir = _results_dir(args)
-    gates = {k: getattr(args, k, None) for k in GATE_FLAGS if getattr(args, k, None) is not None}
+    gates = {k: v for k, v in gate_options(args).thresholds().items() if v is not None}
     if gates and args.force:
         gates["force"] = True
     with fleet_progress(args.quiet) as on_step:
@@ -147,19 +133,19 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_rollback(args) -> int:
-    from ..device.deploy import rollback
+    from ..device.release.deploy import rollback
 
     selector = _selector(args)
     results_dir = _results_dir(args)
     with fleet_progress(args.quiet) as on_step:
-        record = rollback(args.name, selector, _link_options(args), to=args.to, reason=args.reason, on_step=on_step)
+        record = rollback(args.name, selector, connection_options(args), to=args.to, reason=args.reason, on_step=on_step)
     return _finish(args, record, results_dir)
 
 
 def _results_dir(args):
     """Where the deploy record goes (--results, $EDGEFORGE_RESULTS, results/), checked before
     anything runs on a device."""
-    from ..device.settings import check_results_dir, results_dir_of
+    from ..device.link.settings import check_results_dir, results_dir_of
     from ..options import BenchOptions
 
     d = results_dir_of(BenchOptions.of(results_dir=args.results))
@@ -180,17 +166,17 @@ def _finish(args, record, results_dir) -> int:
     failed = [e for e in record.devices if e.exit_code]
     if len(record.devices) == 1 and failed:
         e = failed[0]
-        say_error(f"device {e.device}: {e.error}" + (f"; {e.hint}" if e.hint else ""))
-    elif failed:
-        say_error(f"{len(failed)} of {len(record.devices)} devices: "
-                  + "; ".join(f"{e.device} {e.status}" for e in failed))
-    return int(record.exit_code)
+        raise FleetFailed(f"device {e.device}: {e.error}", hint=e.hint, exit_code=record.exit_code)
+    if failed:
+        raise FleetFailed(f"{len(failed)} of {len(record.devices)} devices: "
+                          + "; ".join(f"{e.device} {e.status}" for e in failed), exit_code=record.exit_code)
+    return ExitCode.OK
 
 
 def cmd_releases(args) -> int:
-    from ..device.deploy import list_releases
+    from ..device.release.deploy import list_releases
 
-    dev, st = list_releases(args.name, args.device, _link_options(args))
+    dev, st = list_releases(args.name, args.device, connection_options(args))
     if args.json:
         print(json.dumps({"schema": "edgeforge.releases/1", "device": dev.name, "name": args.name,
                           **st.to_dict()}, indent=2))

@@ -1,7 +1,10 @@
-"""The ``devices`` verb: list the inventory (and a [labgrid] lab's places), or check one device.
+"""The ``devices`` verb: list the inventory (and a [labgrid] lab's places), check one device,
+install its runtime; ``devices emulate`` is cli/emulate.py's.
 
     edgeforge devices [list] [--inventory FILE]
-    edgeforge devices check NAME [--inventory FILE] [--trust-new-host]
+    edgeforge devices check NAME [--inventory FILE] [connection flags]
+    edgeforge devices setup NAME [--inventory FILE] [--package REQ]... [--keep-inventory]
+        [--connect-timeout S] [--timeout S] [--wait S] [--retries N] [--trust-new-host]
 """
 from __future__ import annotations
 
@@ -10,34 +13,45 @@ import json
 from ..errors import ConfigError, ExitCode, Misconfigured
 from ..report import fmt
 from . import emulate
-from ._common import add_device_flags, console, escape, positive_float, step_progress
+from ._common import add_connection_flags, connection_options, console, escape
+from ._render import say_wrapped, step_progress
 from ._width import table_width
 
 
 def register(sub) -> None:
     d = sub.add_parser("devices", help="list the device inventory, or check one device")
-    d.add_argument("action", nargs="?", choices=["list", "check", *emulate.ACTIONS], default="list")
+    d.add_argument("action", nargs="?", choices=["list", "check", *emulate.ACTIONS, "setup"], default="list")
     d.add_argument("name", nargs="?")
-    add_device_flags(d)
-    d.add_argument("--connect-timeout", type=positive_float, metavar="S")
-    d.add_argument("--timeout", type=positive_float, metavar="S")
+    add_connection_flags(d)
     d.add_argument("--json", action="store_true")
     d.add_argument("--quiet", "-q", action="store_true")
+    g = d.add_argument_group("setup")
+    g.add_argument("--package", action="append", metavar="REQ",
+                   help="setup: a pip requirement instead of the target's runtime (repeatable)")
+    g.add_argument("--keep-inventory", action="store_true",
+                   help="setup: do not point the device's python in devices.toml at the new env")
     emulate.add_arguments(d)
     d.set_defaults(func=cmd_devices)
 
 
 def cmd_devices(args) -> int:
-    from ..device.inventory import load_inventory
+    from ..device.link.inventory import load_inventory
 
     if args.action in emulate.ACTIONS:
-        return emulate.run(args)
+        started = emulate.run(args)
+        if started is not None and args.setup:
+            return cmd_setup(*started, args)
+        return ExitCode.OK
+    if args.action == "setup":
+        if not args.name:
+            raise ConfigError("`edgeforge devices setup` needs a device name")
+        return cmd_setup(args.name, args.inventory, args)
     if args.action == "list":
         if args.name:
             raise ConfigError("`edgeforge devices list` takes no device name")
         inv = load_inventory(args.inventory)
         if args.json:
-            from ..device.health import HealthStore
+            from ..device.link.health import HealthStore
 
             state = HealthStore(inv.path).read()
             doc = {n: {**inv.devices[n].model_dump(mode="json"), "health": state.get(n)} for n in inv.names()}
@@ -51,14 +65,13 @@ def cmd_devices(args) -> int:
         return ExitCode.OK
     if not args.name:
         raise ConfigError("`edgeforge devices check` needs a device name")
-    from ..device.check import check_device
+    from ..device.link.check import check_device
 
     with step_progress(args.quiet) as on_step:
         on_step("check", f"connecting to {args.name}")
-        report = check_device(args.name, inventory=args.inventory, connect_timeout=args.connect_timeout,
-                              timeout=args.timeout, trust_new_host=args.trust_new_host)
+        report = check_device(args.name, inventory=args.inventory, opts=connection_options(args))
     if args.json:
-        from ..device.health import HealthStore
+        from ..device.link.health import HealthStore
 
         state = HealthStore(load_inventory(args.inventory).path).get(args.name)
         print(json.dumps({**report, "health": state or None}, indent=2))
@@ -67,7 +80,7 @@ def cmd_devices(args) -> int:
     if not report["matches"]:
         failed = [f"{c['check']} ({c['detail']})" for c in report["checks"] if c["required"] and not c["ok"]]
         raise Misconfigured(args.name, f"does not match target {report['target']}: {'; '.join(failed)}")
-    from ..device.health import HealthStore
+    from ..device.link.health import HealthStore
 
     store = HealthStore(load_inventory(args.inventory).path)
     if store.clear(args.name) and not args.json:
@@ -75,10 +88,33 @@ def cmd_devices(args) -> int:
     return ExitCode.OK
 
 
+def cmd_setup(name: str, inventory, args) -> int:
+    """``devices setup NAME``: the target's runtime installed on the device."""
+    from ..device.provision.setup import setup_device
+
+    with step_progress(getattr(args, "quiet", False)) as on_step:
+        res = setup_device(name, inventory=inventory, packages=args.package,
+                           update_inventory=not args.keep_inventory, on_step=on_step,
+                           opts=connection_options(args))
+    asked = {r.split("=")[0].split("<")[0].split(">")[0].lower() for r in res.packages}
+    main = [w["name"].split("-")[:2] for w in res.wheels if w["name"].split("-")[0].lower() in asked]
+    deps = len(res.wheels) - len(main)
+    t = res.seconds
+    say_wrapped(f"{res.device}: {'already had' if res.reused else 'installed'} {', '.join(' '.join(m) for m in main)}"
+                + (f" and {deps} dependencies" if deps else "")
+                + f" for {res.platform[0]}, Python {res.python_version} in {sum(t.values()):.0f} s "
+                  f"(download {t.get('download', 0):.0f} s, upload {t.get('upload', 0):.0f} s, "
+                  f"install {t.get('install', 0):.0f} s)")
+    say_wrapped(f"env python {res.python}" + ("; devices.toml points there now" if res.inventory_updated else ""), "  ")
+    for note in res.notes:
+        say_wrapped(f"note: {note}", "  ")
+    return ExitCode.OK
+
+
 def print_devices(inv) -> None:
     from rich.table import Table
 
-    from ..device.health import HealthStore
+    from ..device.link.health import HealthStore
 
     state = HealthStore(inv.path).read()
     t = Table(title=escape(f"devices in {inv.path}"), title_justify="left")
@@ -130,7 +166,7 @@ def print_lab(inv) -> None:
     A coordinator that does not answer is the verb's error (exit 4), after the static devices."""
     from rich.table import Table
 
-    from ..device.health import HealthStore
+    from ..device.link.health import HealthStore
     from ..lab.status import lab_status
 
     lab, con = inv.lab, console()

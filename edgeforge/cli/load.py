@@ -23,11 +23,11 @@ from ._common import (
     number,
     numbers,
     print_gates,
-    step_progress,
     wrap,
 )
+from ._render import step_progress
 
-_MAX_MS = 3_600_000.0         # an hour (device.load.MAX_SLO_MS)
+_MAX_MS = 3_600_000.0         # an hour (device.measure.load.MAX_SLO_MS)
 _ms = number(float, "milliseconds", at_most=_MAX_MS)
 _ips = number(float, "inferences per second", at_most=1e12)
 
@@ -82,7 +82,7 @@ def register(sub) -> None:
 
 
 def cmd_load(args) -> int:
-    from ..device.load import LoadPlan, load, load_gates
+    from ..device.measure.load import LoadPlan, load, load_gates
 
     gated = args.min_throughput is not None or args.max_p99_ms is not None
     if args.junit and not gated:

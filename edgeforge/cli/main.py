@@ -9,7 +9,7 @@ configuration, 3 a build pass failed, 4 a device failed, 70 an internal error (a
 edgeforge, not in the input: re-run with --debug and report it), 130 interrupted: SIGINT
 (Ctrl-C), SIGTERM (``timeout``, a CI cancel, systemd) and SIGHUP alike. SIGTERM and SIGHUP take
 KeyboardInterrupt's path (:class:`edgeforge.errors.Stopped`), so cleanup runs and one line is
-printed; during a device run :mod:`edgeforge.device.interrupt` handles all three.
+printed; during a device run :mod:`edgeforge.device.link.interrupt` handles all three.
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ import threading
 import traceback
 
 from ..errors import EdgeforgeError, ExitCode, Stopped, signal_name
-from . import _help, build, deploy, device, devices, init, load, profile, report, toolchain
+from . import _help, bench, build, deploy, devices, doctor, init, load, profile, report, toolchain
 from ._common import Parser
 from ._project import resolve_args
 
-VERBS = (init, build, deploy, device, devices, load, profile, report, toolchain)
+VERBS = (init, build, deploy, bench, devices, load, profile, report, toolchain, doctor)
 
 
 def build_parser() -> Parser:

@@ -31,7 +31,7 @@ def cmd_profile(args) -> int:
     con = console()
     a = load_result(args.a)
     if args.b is None and a.get("end_to_end"):      # bench --end-to-end: where the time goes
-        from ..device.endtoend import dominant
+        from ..device.measure.endtoend import dominant
 
         import textwrap
 

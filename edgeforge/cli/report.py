@@ -46,7 +46,7 @@ def cmd_gate(args) -> int:
     from ..report.load import load_results
 
     if not gates_requested(args):
-        raise ConfigError("no gate given: pass --max-accuracy-drop, --max-metric-drop, --max-p50-ms "
+        raise ConfigError("no gate given: pass --gate-accuracy-drop, --max-metric-drop, --max-p50-ms "
                           "or --min-int8-speedup")
     enforce_gates(args, [r for _, r in load_results(args.results, on_skip=_say_skipped)])
     return ExitCode.OK

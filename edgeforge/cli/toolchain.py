@@ -1,8 +1,7 @@
-"""The ``toolchain`` and ``doctor`` verbs.
+"""The ``toolchain`` verb.
 
     edgeforge toolchain install lite [--python PATH]   # Paddle Lite in its own Python 3.10 venv
     edgeforge toolchain list                           # what is installed, with versions
-    edgeforge doctor [--target T]                      # ok/missing per item, with the fix
 """
 from __future__ import annotations
 
@@ -25,10 +24,6 @@ def register(sub) -> None:
     ls = tsub.add_parser("list", help="the toolchains and their versions")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)
-
-    d = sub.add_parser("doctor", help="check this machine: what is present, what is missing, how to fix it")
-    d.add_argument("--target", metavar="T", help="exit 2 unless everything T's build needs is present")
-    d.set_defaults(func=cmd_doctor)
 
 
 def cmd_install(args) -> int:
@@ -64,14 +59,3 @@ def cmd_list(args) -> int:
         print(f"       {r['path']}")
     return ExitCode.OK
 
-
-def cmd_doctor(args) -> int:
-    from ..doctor import diagnose, render
-
-    items, needed = diagnose(args.target)
-    lines, ready = render(items, needed, args.target)
-    if not ready:       # the summary line is the error: exit 2 from the one error map
-        print("\n".join(lines[:-1]))
-        raise ConfigError(lines[-1], hint="the fixes are listed above")
-    print("\n".join(lines))
-    return ExitCode.OK

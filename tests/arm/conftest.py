@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from armhelpers import CPU, PERSISTENT_CACHE, edgeforge, mounts_under
 
-from edgeforge.device.inventory import load_inventory, render_device_toml
+from edgeforge.device.link.inventory import load_inventory, render_device_toml
 
 
 def pytest_collection_modifyitems(items):
@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(items):
 def emu(tmp_path_factory):
     """The emulated Pi 4 (target rpi4, cortex-a72), started from the cached rootfs; stopped at the end,
     and the end checked: nothing mounted under it, no process left in it."""
-    from edgeforge.device.emulate import Emulator
+    from edgeforge.device.provision.emulate import Emulator
 
     e = Emulator(tmp_path_factory.mktemp("emu") / "pi", cpu=CPU, target="rpi4", cache=PERSISTENT_CACHE)
     e.start()
@@ -40,8 +40,8 @@ def emu(tmp_path_factory):
 @pytest.fixture(scope="session")
 def emu_ready(emu):
     """The emulated device after ``devices setup``: (what probe said before, the setup result)."""
-    from edgeforge.device.check import check_device
-    from edgeforge.device.setup import setup_device
+    from edgeforge.device.link.check import check_device
+    from edgeforge.device.provision.setup import setup_device
 
     before = check_device(emu.name, inventory=emu.inventory)
     res = setup_device(emu.name, inventory=emu.inventory, cache=PERSISTENT_CACHE)

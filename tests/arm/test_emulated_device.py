@@ -14,9 +14,9 @@ ORT = version("onnxruntime")        # setup installs the host's version on the d
 
 
 def test_second_start_unpacks_the_cached_rootfs_and_stop_leaves_nothing(emu, tmp_path):
-    from edgeforge.device.emulate import Emulator
-    from edgeforge.device.inventory import load_inventory
-    from edgeforge.device.transport import SSHTransport
+    from edgeforge.device.provision.emulate import Emulator
+    from edgeforge.device.link.inventory import load_inventory
+    from edgeforge.device.link.transport import SSHTransport
 
     e = Emulator(tmp_path / "pi5", cpu="cortex-a76", target="rpi5", cache=PERSISTENT_CACHE)
     try:
@@ -63,7 +63,7 @@ def test_setup_installs_onnxruntime_from_the_host(emu_ready, emu):
     assert line.startswith("error: device emu-arm64: does not match target rpi4")
     assert "paddlelite" in line and "benchmark_bin" in line and "docs/emulated-arm.md" in line
 
-    again = __import__("edgeforge.device.setup", fromlist=["setup_device"]).setup_device(
+    again = __import__("edgeforge.device.provision.setup", fromlist=["setup_device"]).setup_device(
         emu.name, inventory=emu_ready.inventory, cache=PERSISTENT_CACHE)
     assert not any(w["uploaded"] for w in again.wheels)    # by digest: nothing sent twice
     assert again.reused and again.python == res.python and not again.inventory_updated

@@ -5,14 +5,15 @@ results directory on that sshd, so tests do not see each other's uploads.
 """
 from __future__ import annotations
 
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from edgeforge.device import localsshd
-from edgeforge.device.localsshd import LocalSshd
+from edgeforge.device.provision import localsshd
+from edgeforge.device.provision.localsshd import LocalSshd
 
 
 def pytest_collection_modifyitems(items):
@@ -42,6 +43,16 @@ def own_sshd(tmp_path):
     d = LocalSshd(tmp_path / "own-sshd").start()
     yield d
     d.stop()
+
+
+@pytest.fixture
+def silent_port():
+    """A TCP port that accepts connections (the kernel's backlog) and never says a word."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    yield s.getsockname()[1]
+    s.close()
 
 
 class _Builds:

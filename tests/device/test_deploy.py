@@ -272,9 +272,9 @@ def test_pruning_keeps_newest_and_never_current_or_the_one_before(cli, lab, vers
 
 def test_a_held_lease_makes_deploy_report_busy(cli, lab, versions):
     """One deploy or bench per device: a lease another run holds makes the deploy busy (exit 4)."""
-    from edgeforge.device.inventory import load_inventory
-    from edgeforge.device.lease import Lease
-    from edgeforge.device.transport import SSHTransport
+    from edgeforge.device.link.inventory import load_inventory
+    from edgeforge.device.link.lease import Lease
+    from edgeforge.device.link.transport import SSHTransport
 
     inv = lab.inventory()
     with SSHTransport(load_inventory(inv).get("local")) as tr:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from edgeforge.device.deploy import deploy, rollback
+from edgeforge.device.release.deploy import deploy, rollback
 from edgeforge.options import BenchOptions
 
 from test_deploy import NAME, current_digest, current_id, digest, history, releases_on_disk, top

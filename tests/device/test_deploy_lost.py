@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeforge.device.deploy import deploy
+from edgeforge.device.release.deploy import deploy
 from edgeforge.options import BenchOptions
 
 from test_deploy import NAME, current_id, history, releases_on_disk, top

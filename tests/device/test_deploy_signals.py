@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from edgeforge.device.deploy import deploy
+from edgeforge.device.release.deploy import deploy
 from edgeforge.options import BenchOptions
 
 from test_deploy import current_id, history, releases_on_disk, top

@@ -54,7 +54,7 @@ def test_unknown_device_name(cli, lab):
 
 
 def test_unreachable_device_check(cli, lab):
-    from edgeforge.device.localsshd import free_port
+    from edgeforge.device.provision.localsshd import free_port
 
     code, _, err = cli("devices", "check", "local", "--inventory", lab.inventory(port=free_port()), "-q")
     assert code == 4 and "cannot reach" in err and len(err.strip().splitlines()) == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeforge.device.localsshd import free_port
+from edgeforge.device.provision.localsshd import free_port
 
 from devhelpers import run_cli_subprocess, runner_processes
 

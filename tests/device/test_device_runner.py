@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from edgeforge.device.localsshd import device_python
+from edgeforge.device.provision.localsshd import device_python
 from edgeforge.runner import RUNNER_FILE
 from edgeforge.runner import edgeforge_runner as runner
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from edgeforge.device.localsshd import free_port
+from edgeforge.device.provision.localsshd import free_port
 from edgeforge.results.schema import read_result
 
 from devhelpers import run_cli_subprocess
@@ -95,7 +95,7 @@ def test_busy_is_not_a_health_failure(cli, make_fleet, builds):
     import os
     import time
 
-    from edgeforge.device.lease import boot_id
+    from edgeforge.device.link.lease import boot_id
 
     fleet = make_fleet(1)
     lease = fleet.workdir("dev-a") / ".lease"

@@ -11,8 +11,8 @@ from datetime import datetime
 
 import pytest
 
-from edgeforge.device.lease import boot_id
-from edgeforge.device.localsshd import children_of
+from edgeforge.device.link.lease import boot_id
+from edgeforge.device.provision.localsshd import children_of
 from edgeforge.results.schema import read_result
 
 from devhelpers import run_cli_subprocess

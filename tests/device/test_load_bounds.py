@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeforge.device.health import HealthStore
+from edgeforge.device.link.health import HealthStore
 from edgeforge.results.load import read_load_result
 from edgeforge.runner import RUNNER_FILE
 from edgeforge.runner import edgeforge_runner as runner
@@ -251,7 +251,7 @@ def test_sigterm_ends_the_runner_and_every_worker_process(builds):
 
 
 def runner_term_grace() -> float:
-    from edgeforge.device.interrupt import TERM_GRACE_S
+    from edgeforge.device.link.interrupt import TERM_GRACE_S
 
     return TERM_GRACE_S                    # after it the host sends SIGKILL
 

@@ -4,14 +4,13 @@ honours --connect-timeout (a listener that never sends an SSH banner fails in ab
 not in the 60 s default)."""
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
-from edgeforge.device.inventory import load_inventory
-from edgeforge.device.lease import Lease
-from edgeforge.device.transport import SSHTransport
+from edgeforge.device.link.inventory import load_inventory
+from edgeforge.device.link.lease import Lease
+from edgeforge.device.link.transport import SSHTransport
 
 pytestmark = pytest.mark.device
 
@@ -34,16 +33,6 @@ def test_a_held_lease_makes_setup_busy_and_it_touches_nothing(cli, lab):
     assert "Traceback" not in err + werr
     assert not (lab.workdir / "wheels").exists() and not (lab.workdir / "env").exists()
     assert not (lab.workdir / ".lease").exists()      # ours released; setup never held it
-
-
-@pytest.fixture
-def silent_port():
-    """A TCP port that accepts connections (the kernel's backlog) and never says a word."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(8)
-    yield s.getsockname()[1]
-    s.close()
 
 
 def _setup_time(cli, inv, connect_timeout: str) -> tuple[int, str, float]:

@@ -99,7 +99,7 @@ def test_timeout_TERM_5_leaves_no_runner_no_lease(lab, builds):
 def test_signal_before_connecting_is_a_clean_130(lab, builds, sig, tmp_path):
     """The device's port is closed: the bench is in its connect backoff (no device run yet) when
     the signal comes. One line naming it, exit 130, nothing written."""
-    from edgeforge.device.localsshd import free_port
+    from edgeforge.device.provision.localsshd import free_port
 
     inv = lab.inventory(port=free_port())
     proc = run_cli_subprocess("bench", builds.onnx, "--device", "local", "--inventory", inv,

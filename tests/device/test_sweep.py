@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeforge.device.sweep import default_threads, parse_list
+from edgeforge.device.measure.sweep import default_threads, parse_list
 from edgeforge.errors import ConfigError
 from edgeforge.results.schema import read_result
 
@@ -17,7 +17,7 @@ def test_sweep_precision_by_threads(cli, lab, builds, fp32_build, tmp_path, monk
     code, out, err = cli("sweep", builds.project, "--target", "linux-x86", "--device", "local",
                          "--inventory", lab.inventory(), "--results", lab.results, "--out", tmp_path / "b",
                          "--threads", "1,2", "--runs", "5", "--warmups", "1", "-q",
-                         "--max-accuracy-drop", "5", "--junit", junit)
+                         "--gate-accuracy-drop", "5", "--max-accuracy-drop", "5", "--junit", junit)
     assert code == 0, err
     results = [read_result(f) for f in lab.result_files()]
     assert len(results) == 4

@@ -2,7 +2,7 @@
 an absolute path, a symlink), whose artifact digest would name a remote directory outside the
 workdir, or that does not match the schema: bench and deploy exit 2 naming the field, before
 any connection (so nothing is read from outside or written on a device). The one check is
-``edgeforge.device.settings.validate_build`` (bench, fleet bench, deploy, load, and run/sweep
+``edgeforge.device.link.settings.validate_build`` (bench, fleet bench, deploy, load, and run/sweep
 through Bench). Through the real CLI."""
 from __future__ import annotations
 

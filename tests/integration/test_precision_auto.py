@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from edgeforge.device.auto import decide_on_host
+from edgeforge.device.workflow.auto import decide_on_host
 from edgeforge.options import BuildOptions
 from helpers import tiny_project
 

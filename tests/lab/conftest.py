@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from device.conftest import builds, cli, make_fleet  # noqa: F401 - the device tests' fixtures
-from edgeforge.device.localsshd import free_port
+from edgeforge.device.provision.localsshd import free_port
 
 BIN = Path(sys.executable).parent
 

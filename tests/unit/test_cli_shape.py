@@ -74,8 +74,8 @@ def test_device_errors_carry_the_device_as_a_field():
 
 
 def test_a_transient_connect_failure_is_retried_by_class(tmp_path, monkeypatch):
-    from edgeforge.device import bench as bench_mod
-    from edgeforge.device.inventory import Device
+    from edgeforge.device.measure import bench as bench_mod
+    from edgeforge.device.link.inventory import Device
 
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "manifest.json").write_text(json.dumps({

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from edgeforge.cli import main
-from edgeforge.device import emulate, rootfs
-from edgeforge.device.setup import image_packages, platform_tags, runtime_packages, set_device_python
+from edgeforge.device.provision import emulate, rootfs
+from edgeforge.device.provision.setup import image_packages, platform_tags, runtime_packages, set_device_python
 from edgeforge.errors import ConfigError
 from edgeforge.report.compare import compare
 from result_factory import PI4, make_result

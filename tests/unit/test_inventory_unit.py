@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from edgeforge.device.inventory import find_inventory, load_inventory
-from edgeforge.device.transport import quote_command
+from edgeforge.device.link.inventory import find_inventory, load_inventory
+from edgeforge.device.link.transport import quote_command
 from edgeforge.errors import ConfigError
 
 ENTRY = """
@@ -94,9 +94,9 @@ def test_quote_command_reports_signals():
 
 def test_partial_result_is_valid(tmp_path):
     """What a runner reported before a failure becomes an 'incomplete' result."""
-    from edgeforge.device.bench import Bench, resolve_settings
+    from edgeforge.device.measure.bench import Bench, resolve_settings
     from edgeforge.options import BenchOptions
-    from edgeforge.device.inventory import Device
+    from edgeforge.device.link.inventory import Device
     from edgeforge.errors import DeviceError
     from edgeforge.results.schema import read_result
 

@@ -21,7 +21,12 @@ ROWS = {
     "pipeline": 5,
     "api": 6,
     "lab": 6.5,                         # a labgrid lab: its inventory table, client, place holds
-    "device": 7,
+    "device": 7,                        # the package; its sub-packages are layers of their own:
+    "device.link": 7,                   # talking to one device: inventory, transport, session, sync
+    "device.provision": 7.1,            # making and equipping devices: setup, emulate, rootfs
+    "device.measure": 7.2,              # bench, fleet, sweep, load
+    "device.release": 7.4,              # deploy, releases (they bench canaries: measure)
+    "device.workflow": 7.6,             # build + measure: --precision auto
     "doctor": 8,
     "cli": 9,
 }
@@ -30,6 +35,8 @@ ISOLATED = ("runner", "lite_child")     # copied to devices / run in another int
 
 def _group(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 3 and parts[1] == "device":     # edgeforge.device.<layer>.<module>
+        return f"device.{parts[2]}"
     return parts[1] if len(parts) > 1 else "edgeforge"
 
 

@@ -1,5 +1,5 @@
 """issue 23: random manifests in a build directory, thrown at the one check of a build
-(``edgeforge.device.buildcheck.validate_build``) and at ``edgeforge bench`` (the CLI,
+(``edgeforge.device.link.buildcheck.validate_build``) and at ``edgeforge bench`` (the CLI,
 in-process): never an internal error (exit 70), never a traceback; a manifest that is refused is
 refused before connecting (exit 2) and leaves the device's health state untouched. The device
 is a closed loopback port: a manifest that passes meets "connection refused" (exit 4)."""
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from edgeforge.cli.main import main
-from edgeforge.device.buildcheck import validate_build
+from edgeforge.device.link.buildcheck import validate_build
 from edgeforge.errors import BuildInvalid
 
 MODEL = b"not really an onnx model, never loaded: the device port is closed"
@@ -120,8 +120,7 @@ def test_the_writer_and_the_reader_share_one_model():
     import inspect
 
     from edgeforge import manifest
-    from edgeforge.device import buildcheck
-
+    from edgeforge.device.link import buildcheck
     assert buildcheck.Manifest is manifest.Manifest
     assert "Manifest.model_validate" in inspect.getsource(manifest.build_manifest)
     assert not [n for n, v in vars(buildcheck).items()

@@ -83,14 +83,14 @@ NAN, INF = float("nan"), float("inf")
     ("batch", (0,), "--batch"), ("threads", (10 ** 11,), "--threads"),
 ])
 def test_the_library_load_plan_refuses_what_the_flags_refuse(field, value, flag):
-    from edgeforge.device.load import LoadPlan
+    from edgeforge.device.measure.load import LoadPlan
 
     with pytest.raises(ConfigError, match=flag):
         LoadPlan(**{field: value}).checked()
 
 
 def test_the_open_loop_bounds_arrivals_per_level_not_only_the_rate():
-    from edgeforge.device.load import LoadPlan
+    from edgeforge.device.measure.load import LoadPlan
 
     LoadPlan(rates=(10000.0,), duration_s=60.0).checked()
     with pytest.raises(ConfigError, match="arrivals"):
@@ -117,7 +117,7 @@ def test_gate_options_refuse_nan(name):
 
 def test_the_host_bounds_are_the_runners():
     from edgeforge import options
-    from edgeforge.device import load
+    from edgeforge.device.measure import load
     from edgeforge.runner import edgeforge_runner as runner
 
     assert options.MAX_THREADS == runner.MAX_THREADS and options.MAX_COUNT == runner.MAX_RUNS
@@ -142,7 +142,7 @@ def test_the_worker_cap_follows_cores_and_memory():
 
 
 def test_the_host_names_the_cap_and_the_way_past_it():
-    from edgeforge.device.load import check_worker_cap
+    from edgeforge.device.measure.load import check_worker_cap
 
     art = {"artifact": {"size_bytes": 100_000}}
     with pytest.raises(ConfigError, match=r"at most 8, the default cap .*; use --concurrency 8 or less; --force"):

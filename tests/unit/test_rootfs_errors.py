@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeforge.device import rootfs
+from edgeforge.device.provision import rootfs
 from edgeforge.errors import ExitCode, RootfsFailed
 
 

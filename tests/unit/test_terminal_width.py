@@ -21,8 +21,8 @@ def _table_lines(text: str) -> list[str]:
 
 def _fleet(results: Path):
     """A real FleetOutcome: two devices that benched, one that could not be reached."""
-    from edgeforge.device.fleet import DeviceRun, FleetOutcome, Job
-    from edgeforge.device.inventory import Device
+    from edgeforge.device.measure.fleet import DeviceRun, FleetOutcome, Job
+    from edgeforge.device.link.inventory import Device
 
     manifest = {"name": "digits", "target": "linux-x86", "backend": "onnx", "precision": "int8"}
     runs = []
@@ -45,7 +45,7 @@ def _fleet(results: Path):
 
 @pytest.mark.parametrize("columns", [80, 200])
 def test_fleet_table_fits(columns, tmp_path, monkeypatch, capsys):
-    from edgeforge.cli.device import print_fleet
+    from edgeforge.cli.bench import print_fleet
 
     monkeypatch.setenv("COLUMNS", str(columns))
     results = tmp_path / "results"
@@ -66,11 +66,11 @@ def test_fleet_table_fits(columns, tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("columns", [80, 200])
 def test_sweep_table_fits(columns, tmp_path, monkeypatch, capsys):
-    from edgeforge.cli.device import print_sweep
+    from edgeforge.cli.bench import print_sweep
 
     monkeypatch.setenv("COLUMNS", str(columns))
     results = tmp_path / "results"
-    from edgeforge.device.sweep import SweepOutcome, SweepPoint
+    from edgeforge.device.measure.sweep import SweepOutcome, SweepPoint
 
     p50 = {("fp32", 1): 12.0, ("fp32", 4): 5.0, ("int8", 1): 4.8, ("int8", 4): 2.5}
     points = []
@@ -110,7 +110,7 @@ def test_devices_keeps_the_port(columns, tmp_path, monkeypatch, capsys):
 
 
 def test_progress_without_a_tty_keeps_the_elapsed_time(monkeypatch, capsys):
-    from edgeforge.cli._common import step_progress
+    from edgeforge.cli._render import step_progress
 
     monkeypatch.setenv("COLUMNS", "80")
     with step_progress(False) as on_step:

@@ -1,4 +1,4 @@
-"""Runs on the device (edgeforge.device.setup): check each uploaded wheel's sha256, unpack them
+"""Runs on the device (edgeforge.device.provision.setup): check each uploaded wheel's sha256, unpack them
 all into a fresh env next to the old one, then swap it in.
 Standard library only: sent with ``python -c``."""
 from common import sha256_file  # inlined when sent (edgeforge.runner.remote.script)

@@ -1,5 +1,5 @@
 """Runs on the device: take, renew, release or show the lease on its work directory
-(edgeforge.device.lease), under an flock of ``.lease.lock``.
+(edgeforge.device.link.lease), under an flock of ``.lease.lock``.
 Standard library only: sent with ``python -c``."""
 import fcntl
 import json

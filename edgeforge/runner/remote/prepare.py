@@ -1,4 +1,4 @@
-"""Runs on the device before anything is uploaded (edgeforge.device.bench): the python, the
+"""Runs on the device before anything is uploaded (edgeforge.device.measure.bench): the python, the
 modules found, the work directory made, the sha256 of the files already there, cores and memory.
 Standard library only: sent with ``python -c``."""
 from common import sha256_file  # inlined when sent (edgeforge.runner.remote.script)
@@ -29,7 +29,7 @@ for rel in req["files"]:
         out["digests"][rel] = sha256_file(os.path.join(d, rel))
     except OSError:
         out["digests"][rel] = None
-out["cores"] = os.cpu_count()      # what a load may start there (edgeforge.device.load)
+out["cores"] = os.cpu_count()      # what a load may start there (edgeforge.device.measure.load)
 try:
     with open("/proc/meminfo") as f:
         mem = dict((ln.split(":")[0], int(ln.split()[1]) // 1024) for ln in f if ln.split()[1:2] and ln.split()[1].isdigit())

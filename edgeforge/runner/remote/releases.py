@@ -1,4 +1,4 @@
-"""Runs on the device: the releases of one deployed name (edgeforge.device.releases): list,
+"""Runs on the device: the releases of one deployed name (edgeforge.device.release.releases): list,
 begin, seal, switch, prune and remove, each under an flock.
 Standard library only: sent with ``python -c``."""
 from common import sha256_file  # inlined when sent (edgeforge.runner.remote.script)

@@ -30,8 +30,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..runner import remote
-from ..errors import (Busy, ConnectionLost, DeviceError, LeaseLost, Misconfigured, RunnerCrashed, RunnerTimeout,
+from ...runner import remote
+from ...errors import (Busy, ConnectionLost, DeviceError, LeaseLost, Misconfigured, RunnerCrashed, RunnerTimeout,
                       RuntimeMissing)
 from .process import pid_alive
 from .transport import SSHTransport

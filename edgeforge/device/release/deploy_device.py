@@ -4,8 +4,8 @@ A deploy of one build to one device, under the device's lease (:mod:`.lease`):
 
 1. read the device's releases of NAME (:mod:`.releases`); a ``current`` that points at a
    missing release is reported (a note, and ``from_missing`` in the history), never repaired;
-2. upload the release by digest into ``<workdir>/deploy/NAME/releases/<id>/`` with bench's code
-   (:meth:`.bench.Bench.prepare` / ``upload``): files another release or a bench directory on
+2. upload the release by digest into ``<workdir>/deploy/NAME/releases/<id>/`` as bench sends
+   a build (:func:`.sync.prepare` / :func:`.sync.upload`): files another release or a bench directory on
    the device already holds, by sha256, are linked instead of sent;
 3. smoke test: the runner (``edgeforge_runner.py smoke``) checks every sha256, loads the release
    with the target's runtime, runs the reference inputs and judges the drift against the build's
@@ -30,17 +30,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
-from ..errors import ConfigError, ConnectionLost, EdgeforgeError, HealthCheckFailed, ReleaseRefused
-from ..options import BenchOptions
-from ..results.deploy import DeviceEntry
-from .bench import BACKOFF_S, Bench, build_files, resolve_settings
+from ...errors import ConfigError, ConnectionLost, EdgeforgeError, HealthCheckFailed, ReleaseRefused
+from ...options import BenchOptions
+from ...results.deploy import DeviceEntry
+from ..link import sync
 from .deploy_safety import DeployStopped, StopRequest, last_record_note, outcome, pause_at, read_back, settle
-from .inventory import Device
-from .lease import Lease, lease_ttl
+from ..link.inventory import Device
 from .releases import Releases, new_release_id, operator, run_smoke
-from .settings import results_dir_of
+from ..link.session import Session, device_timeouts
+from ..link.settings import BenchSettings, build_files, resolve_settings, results_dir_of
 
 KEEP = 5
 Step = Callable[[str, str, str], None]      # (device, step, message)
@@ -79,42 +78,11 @@ def release_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
     return files
 
 
-def device_settings(dev: Device, opts: BenchOptions) -> SimpleNamespace:
-    """Timeouts for a verb without a build (rollback, releases): the flags, else the target's."""
-    from ..targets import load_target
-
-    try:
-        b = load_target(dev.target).bench
-        connect, command = b.connect_timeout_s, b.command_timeout_s
-    except ConfigError:
-        connect, command = 10.0, 600.0
-    return SimpleNamespace(connect_timeout_s=float(opts.connect_timeout or connect),
-                           command_timeout_s=float(opts.timeout or command))
-
-
-class Link:
-    """One device connection, with bench's connect (retries, backoff) and its lease."""
-
-    connect = Bench.connect
-
-    def __init__(self, dev: Device, settings, opts: BenchOptions, on_step):
-        self.device, self.settings, self.retries, self.backoff_s = dev, settings, opts.retries, BACKOFF_S
-        self.opts = opts                # a lab device's place: how to queue for it (Bench.connect)
-        self.trust_new_host, self.wait_s, self.on_step, self.attempts = opts.trust_new_host, opts.wait, on_step, 0
-
-    def __call__(self, what: str, fn):
-        """``fn(tr, lease)`` on the device, under its lease."""
-        tr = self.connect()
-        try:
-            lease = Lease(tr, lease_ttl(self.settings.command_timeout_s), wait_s=self.wait_s, what=what,
-                          on_step=self.on_step)
-            lease.acquire()
-            try:
-                return fn(tr, lease)
-            finally:
-                lease.release()
-        finally:
-            tr.close()
+def session(dev: Device, opts: BenchOptions, timeouts, what: str, on_step) -> Session:
+    """The device session of a deploy or a switch (:class:`.session.Session`: connect with
+    retries, the lease for the command timeout)."""
+    return Session(dev, opts, connect_timeout_s=timeouts.connect_timeout_s,
+                   command_timeout_s=timeouts.command_timeout_s, what=what, on_step=on_step)
 
 
 def detail(exc: EdgeforgeError) -> str:
@@ -144,6 +112,17 @@ def health_check_or_back(tr, store: Releases, entry: DeviceEntry, files, timeout
                             f"{entry.from_ or 'no release'}")
 
 
+@dataclass(frozen=True)
+class Shipment:
+    """What a deploy sends to one device: the files by their path in the release, their
+    sha256, the resolved settings, and the step callback."""
+
+    files: dict[str, Path]
+    digests: dict[str, str]
+    settings: BenchSettings
+    on_step: Callable[[str, str], None]
+
+
 @dataclass
 class Deployer:
     """One build to one device (steps in the module doc); fills ``entry`` as it goes."""
@@ -171,19 +150,19 @@ class Deployer:
                     pause_at("upload")
                 self._check(dev, "during the upload")
 
-        b = Bench(self.build_dir, dev, resolve_settings(self.manifest, dev, self.opts), self.opts, on_step=step)
+        settings = resolve_settings(self.manifest, dev, self.opts)
         files = release_files(self.build_dir, self.manifest)
-        digests = b.local_digests(files)
+        ship = Shipment(files, sync.local_digests(self.build_dir, self.manifest, files), settings, step)
         sha = self.manifest["artifact"]["sha256"]
-        link = Link(dev, b.settings, self.opts, step)
+        ses = session(dev, self.opts, settings, f"edgeforge deploy {self.name}@{sha[:12]}", step)
         step("connect", f"{dev.name} ({dev.address})")
         try:
-            link(f"edgeforge deploy {self.name}@{sha[:12]}",
-                 lambda tr, lease: self._on(tr, lease, b, files, digests, entry))
+            with ses:
+                self._on(ses.tr, ses.lease, ship, entry)
         except Exception as exc:  # noqa: BLE001 - read back, then re-raised as what the device says
             if entry.release and not entry.read_back:
                 step("read back", "current and the history from the device")
-                why = read_back(link, lambda tr: Releases(tr, self.name, b.settings.command_timeout_s), entry)
+                why = read_back(ses, lambda tr: Releases(tr, self.name, settings.command_timeout_s), entry)
                 if why:
                     entry.notes.append(f"not read back: {why}")
             raise outcome(dev.name, self.name, entry, exc) from None
@@ -206,8 +185,8 @@ class Deployer:
                               f"pass --replace-model to deploy it as {self.name}")
         return have
 
-    def _on(self, tr, lease, b: Bench, files, digests, entry: DeviceEntry) -> None:
-        timeout, dev = b.settings.command_timeout_s, tr.device
+    def _on(self, tr, lease, ship: Shipment, entry: DeviceEntry) -> None:
+        timeout, dev = ship.settings.command_timeout_s, tr.device
         store = Releases(tr, self.name, timeout)
         st = store.state(history=0)
         entry.from_, entry.current, entry.verified = st.current, st.current, True
@@ -222,7 +201,7 @@ class Deployer:
             entry.notes.append(f"swept {len(swept)} incomplete release(s) of a failed deploy")
         entry.release = new_release_id(self.manifest["artifact"]["sha256"], st.ids)
         try:
-            self._steps(tr, lease, store, st, b, files, digests, entry)
+            self._steps(tr, lease, store, st, ship, entry)
         except Exception:
             if tr.is_connected():
                 try:
@@ -231,20 +210,19 @@ class Deployer:
                     entry.read_back = None
             raise
 
-    def _steps(self, tr, lease, store: Releases, st, b: Bench, files, digests, entry: DeviceEntry) -> None:
-        step, timeout, dev, rid = b.on_step, b.settings.command_timeout_s, tr.device, entry.release
+    def _steps(self, tr, lease, store: Releases, st, ship: Shipment, entry: DeviceEntry) -> None:
+        step, timeout, dev, rid = ship.on_step, ship.settings.command_timeout_s, tr.device, entry.release
+        files, digests = ship.files, ship.digests
         sha = self.manifest["artifact"]["sha256"]
-        b.lease, b.remote_subdir = lease, store.subdir(rid)
         self._check(dev, "before the upload")
         step("check", f"sha256 of the files under {store.path(rid)}")
-        info = b.prepare(tr, digests)
+        info = sync.prepare(tr, self.manifest, ship.settings, digests, store.subdir(rid))
         missing = {rel: d for rel, d in digests.items() if info["digests"].get(rel) != d}
         if missing:
             for rel in store.link(rid, missing, also=[sha]):
                 info["digests"][rel] = digests[rel]
-                b.transfer["reused"].append(rel)
-        b.upload(tr, files, digests, info["digests"])
-        entry.transfer = dict(b.transfer)
+        entry.transfer = sync.upload(tr, files, digests, info["digests"], info["dir"], timeout_s=timeout,
+                                     lease=lease, on_step=step)
         lease.renew()
         pause_at("smoke")
         self._check(dev, "before the smoke test")
@@ -281,7 +259,7 @@ def switch_device(dev: Device, name: str, opts: BenchOptions, entry: DeviceEntry
     def step(s, m):
         return on_step(dev.name, s, m)
 
-    settings = device_settings(dev, opts)
+    settings = device_timeouts(dev, opts)
     to, reason, action, expect = sw.to, sw.reason, sw.action, sw.expect
 
     def on(tr, lease):
@@ -317,4 +295,5 @@ def switch_device(dev: Device, name: str, opts: BenchOptions, entry: DeviceEntry
         entry.status = "rolled back" if action == "rollback" else "reverted"
 
     step("connect", f"{dev.name} ({dev.address})")
-    Link(dev, settings, opts, step)(f"edgeforge {action} {name}", on)
+    with session(dev, opts, settings, f"edgeforge {action} {name}", step) as ses:
+        on(ses.tr, ses.lease)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import (AuthFailed, ConfigError, ConnectionLost, DeviceError, HostKeyRejected,
+from ...errors import (AuthFailed, ConfigError, ConnectionLost, DeviceError, HostKeyRejected,
                       NameNotResolved, SSHFailed, Unreachable)
 from .inventory import Device
 
@@ -195,7 +195,7 @@ class SSHTransport:
                 return self.error(ConnectionLost, f"connection to {self.where} lost while {doing} ({text})")
             return self.error(SSHFailed, f"SSH failed while {doing}: {text}")
         if isinstance(exc, OSError):
-            from ..oserror import os_error_text
+            from ...oserror import os_error_text
 
             return self.error(SSHFailed, f"{doing} failed on {self.where}: {os_error_text(exc)}")
         return self.error(SSHFailed, f"{doing} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")

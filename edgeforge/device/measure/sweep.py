@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, DeviceError, Unhealthy
-from ..options import BenchOptions, BuildOptions
+from ...errors import ConfigError, DeviceError, Unhealthy
+from ...options import BenchOptions, BuildOptions
 from .bench import Bench, Step, guarded, resolve_settings
 from .fleet import new_id
-from .inventory import load_inventory
+from ..link.inventory import load_inventory
 
 DEFAULT_PRECISIONS = ("fp32", "int8")
 
@@ -114,9 +114,9 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
     """Build PROJECT per precision (``build``: backend, cache), then bench every point of
     precision x threads x power mode on DEVICE (``bench``), one result per point.
     ``out``: the parent directory of the builds."""
-    from .. import api
-    from ..project import load_project
-    from ..targets import load_target
+    from ... import api
+    from ...project import load_project
+    from ...targets import load_target
 
     axes, build, bench = axes or SweepAxes(), build or BuildOptions(), bench or BenchOptions()
     precisions, threads, power_modes = axes.precisions, axes.threads, axes.power_modes
@@ -141,7 +141,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
     outcome = SweepOutcome(new_id("sweep"), dev.name, target, backend, [])
     name = load_project(project).name
     if health:
-        from .health import HealthStore, skip_note
+        from ..link.health import HealthStore, skip_note
 
         entry = HealthStore(inv.path).unhealthy(dev.name)
         if entry:
@@ -171,7 +171,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
             return outcome
         raise ConfigError(f"nothing to sweep: {'; '.join(outcome.notes) or 'no precision'}")
 
-    from ..api import read_manifest
+    from ...api import read_manifest
 
     for prec, bdir in builds.items():
         for t in threads:

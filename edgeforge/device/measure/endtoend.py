@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..runner.edgeforge_runner import E2E_MAX_IMAGES, E2E_MAX_RUNS
+from ...errors import ConfigError
+from ...runner.edgeforge_runner import E2E_MAX_IMAGES, E2E_MAX_RUNS
 
 NEEDS = "build a project with [preprocess] (its images travel with the build)"
 

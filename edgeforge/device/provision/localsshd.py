@@ -1,8 +1,8 @@
 """A local device: OpenSSH's sshd on 127.0.0.1 with generated keys and a private workdir.
 
-    python -m edgeforge.device.localsshd start --dir .demo/device [--name local] [--target linux-x86]
-    python -m edgeforge.device.localsshd stop --dir .demo/device
-    python -m edgeforge.device.localsshd status --dir .demo/device
+    python -m edgeforge.device.provision.localsshd start --dir .demo/device [--name local] [--target linux-x86]
+    python -m edgeforge.device.provision.localsshd stop --dir .demo/device
+    python -m edgeforge.device.provision.localsshd status --dir .demo/device
 
 ``start`` writes into DIR: ``host_ed25519_key`` (the server's key), ``client_ed25519_key`` (ours),
 ``authorized_keys``, ``known_hosts`` (pre-filled with the host key), ``sshd_config``,
@@ -24,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, DeviceError, EdgeforgeError
-from .inventory import Device, render_device_toml
-from .process import pid_alive
+from ...errors import ConfigError, DeviceError, EdgeforgeError
+from ..link.inventory import Device, render_device_toml
+from ..link.process import pid_alive
 
 SSHD = os.environ.get("EDGEFORGE_SSHD", "/usr/sbin/sshd")
 
@@ -65,7 +65,7 @@ def children_of(pid: int) -> list[int]:
 
 def device_python() -> str:
     """An interpreter with numpy, onnxruntime and (where installed) paddlelite for the runner."""
-    from ..toolchain import find_lite
+    from ...toolchain import find_lite
 
     tc = find_lite()
     if tc is not None and tc.onnxruntime and tc.numpy:
@@ -148,7 +148,7 @@ class LocalSshd:
 
     def write_inventory(self, path: Path | None = None, devices: list[Device] | None = None) -> Path:
         path = Path(path or self.inventory)
-        text = "# written by python -m edgeforge.device.localsshd\n\n"
+        text = "# written by python -m edgeforge.device.provision.localsshd\n\n"
         text += "\n".join(render_device_toml(d) for d in (devices or [self.device()]))
         path.write_text(text)
         return path
@@ -172,7 +172,7 @@ class LocalSshd:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)   # privilege separation directory
 
     def _write_config(self) -> None:
-        self.config.write_text(sshd_config("python -m edgeforge.device.localsshd", self.port, self.host_key,
+        self.config.write_text(sshd_config("python -m edgeforge.device.provision.localsshd", self.port, self.host_key,
                                            self.authorized_keys, self.pid_file))
 
 
@@ -192,7 +192,7 @@ class LocalSshd:
     def start(self, timeout: float = 10.0) -> "LocalSshd":
         if self.running():
             raise ConfigError(f"sshd already running from {self.root} (pid {self.pid})",
-                              hint=f"python -m edgeforge.device.localsshd stop --dir {self.root}")
+                              hint=f"python -m edgeforge.device.provision.localsshd stop --dir {self.root}")
         self._prepare()
         last = ""
         for _ in range(5):   # a free port can be taken between the probe and sshd's bind
@@ -265,7 +265,7 @@ class LocalSshd:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m edgeforge.device.localsshd",
+    ap = argparse.ArgumentParser(prog="python -m edgeforge.device.provision.localsshd",
                                  description="A local edgeforge device: sshd on 127.0.0.1 with generated keys.")
     ap.add_argument("action", choices=["start", "stop", "status"])
     ap.add_argument("--dir", default=".demo/device", help="where keys, config, logs and the workdir go")

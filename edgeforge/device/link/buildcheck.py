@@ -19,9 +19,9 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import ValidationError
 
-from ..config import describe
-from ..errors import BuildInvalid
-from ..manifest import MAX_INPUTS, Manifest
+from ...config import describe
+from ...errors import BuildInvalid
+from ...manifest import MAX_INPUTS, Manifest
 
 FILE_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 MAX_PATH = 255
@@ -106,7 +106,7 @@ def _npy_headers(path: Path, rel: str) -> dict[str, tuple[tuple, str]]:
 def check_reference(build_dir: Path, manifest: dict) -> None:
     """The reference data fits the manifest: one array per input (its dtype, its rank, its fixed
     dimensions, one sample count for all), outputs ``output_0`` ... in order. A missing file is
-    left to :func:`edgeforge.device.settings.build_files` (it names it)."""
+    left to :func:`edgeforge.device.link.settings.build_files` (it names it)."""
     ref = manifest["reference"]
     ins, outs = build_dir / ref["inputs"], build_dir / ref["outputs"]
     if not (ins.is_file() and outs.is_file()):

@@ -25,37 +25,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
-from ..cache import sha256_file
-from ..errors import (ConfigError, ConnectionLost, DeviceError, Interrupted, Misconfigured,
-                      RunnerCrashed, RunnerTimeout, RuntimeMissing)
-from ..options import BenchOptions
-from ..runner import remote
-from ..results.schema import SCHEMA, empty_drift, now_iso, write_result
-from ..results.stats import summarize
-from ..task.drift import drift_task, wants_outputs
-from .interrupt import StopOnSignal, interrupted, stop_runner
-from .inventory import Device, load_inventory
-from .lease import Lease, iso, lease_ttl
-from .settings import (
-    PREPARE_PREFIX,
+from ... import __version__
+from ...errors import (ConfigError, DeviceError, Interrupted, RunnerCrashed, RunnerTimeout, RuntimeMissing)
+from ...options import BenchOptions
+from ...results.schema import SCHEMA, empty_drift, now_iso, write_result
+from ...results.stats import summarize
+from ...task.drift import drift_task, wants_outputs
+from ..link.interrupt import StopOnSignal, interrupted, stop_runner
+from ..link.inventory import Device, load_inventory
+from ..link.lease import Lease, iso
+from ..link.settings import (
     RUNNER_NAME,
     RUNTIME_FOR_BACKEND,
     BenchSettings,
-    arch_matches,
     build_files,
     check_results_dir,
-    needed_modules,
     resolve_settings,
     results_dir_of,
     validate_build,
 )
 from .endtoend import e2e_files, e2e_result, e2e_spec, pipeline_of
-from .events import Partial, tail
-from .health import guarded     # its home was here: fleet, deploy and load import it from here
+from ..link.events import Partial, tail
+from ..link.health import guarded     # its home was here: fleet, deploy and load import it from here
 from .runner_errors import runner_error
-from .session import BACKOFF_S, connect
-from .transport import SSHTransport
+from ..link import sync
+from ..link.session import BACKOFF_S, Session
+from ..link.transport import SSHTransport
 
 DEADLINE_GRACE_S = 5.0
 
@@ -79,18 +74,18 @@ def _signal_name(n: int) -> str:
 
 
 class Bench:
-    """One bench of one build on one device. A subclass (``device.load``) runs another runner
+    """One bench of one build on one device. A subclass (``measure.load``) runs another runner
     ``command`` and overrides ``measured``, ``result`` and ``write``."""
 
     command = "bench"               # the runner's subcommand
-    remote_subdir: str | None = None    # under the workdir; None: the artifact's sha256 (deploy: a release)
 
     def __init__(self, build_dir, device: Device, settings: BenchSettings,
                  opts: BenchOptions | None = None, *, on_step: Step | None = None,
-                 tags: dict | None = None, backoff_s: float = BACKOFF_S):
+                 tags: dict | None = None, backoff_s: float = BACKOFF_S, remote_subdir: str | None = None):
         opts = opts or BenchOptions()
+        self.remote_subdir = remote_subdir
         self.opts = opts
-        from ..api import read_manifest
+        from ...api import read_manifest
 
         self.wait_s = opts.wait
         self.retries = opts.retries
@@ -122,62 +117,18 @@ class Bench:
     # ------------------------------------------------------------ steps
 
     def local_digests(self, files: dict[str, Path]) -> dict[str, str]:
-        digests = {rel: sha256_file(p) for rel, p in files.items()}
-        art = self.manifest["artifact"]
-        if digests[art["path"]] != art["sha256"]:
-            raise ConfigError(f"{self.build_dir / art['path']} does not match the sha256 in its manifest",
-                              hint="the build was modified; rebuild it")
-        return digests
+        return sync.local_digests(self.build_dir, self.manifest, files)
 
     def prepare(self, tr: SSHTransport, digests: dict[str, str]) -> dict:
-        req = {"workdir": self.device.workdir, "subdir": self.remote_subdir or self.manifest["artifact"]["sha256"],
-               "modules": needed_modules(self.manifest, self.settings) + (["PIL"] if self.opts.end_to_end else []),
-               "mkdirs": sorted({posixpath.dirname(r) for r in digests if posixpath.dirname(r)}),
-               "files": sorted(digests)}
-        r = tr.python(["-c", remote.script("prepare"), json.dumps(req)], timeout=min(self.settings.command_timeout_s, 120),
-                      doing="checking the files on the device")
-        self._raise_for_transport(r, "checking the files on the device")
-        line = next((ln for ln in r.stdout.splitlines() if ln.startswith(PREPARE_PREFIX)), None)
-        if r.exit_code == 127 or (line is None and "not found" in r.stderr):
-            raise self.error(RuntimeMissing, f"python '{self.device.python}' not found on the device",
-                             hint="set python = ... in devices.toml to a Python 3 with numpy and the runtime")
-        if line is None:
-            raise self.error(RunnerCrashed, f"could not check files with {self.device.python} (exit {r.exit_code}): {tail(r.stderr)}")
-        info = json.loads(line[len(PREPARE_PREFIX):])
-        arch = self.manifest.get("target_profile", {}).get("arch")
-        if arch and not arch_matches(arch, info.get("machine")):
-            raise self.error(Misconfigured, f"device is {info.get('machine')}, target {self.manifest['target']} is {arch}",
-                             hint="check devices.toml: target = ... for this device")
-        if not info.get("writable"):
-            raise self.error(Misconfigured, f"workdir {info['dir']} is not writable: {info.get('error', 'permission denied')}",
-                             hint="set workdir = ... in devices.toml to a directory the user can write")
-        missing = [("Pillow" if m == "PIL" else m) for m, ok in info["modules"].items() if not ok]
-        if missing:
-            from .setup import runtime_remedy
-            raise self.error(RuntimeMissing, f"runtime missing: {', '.join(missing)} not importable by {info['executable']} "
-                             f"(Python {info['python']})",
-                             hint=runtime_remedy(missing, info.get("machine"), self.device.name))
+        info = sync.prepare(tr, self.manifest, self.settings, digests,
+                            self.remote_subdir or self.manifest["artifact"]["sha256"],
+                            extra_modules=("PIL",) if self.opts.end_to_end else ())
         self.remote_dir = info["dir"]
         return info
 
-    def upload(self, tr: SSHTransport, files: dict[str, Path], local: dict[str, str], remote: dict) -> None:
-        todo = [rel for rel in sorted(files) if remote.get(rel) != local[rel]]
-        self.transfer["reused"] = [rel for rel in sorted(files) if rel not in todo]
-        if not todo:
-            self.on_step("upload", "nothing to upload: the device holds every file")
-            return
-        start = time.monotonic()
-        for rel in todo:
-            why = "changed on the device" if remote.get(rel) else "new"
-            self.on_step("upload", f"{rel} ({why}, {files[rel].stat().st_size} bytes)")
-            if self.lease is not None:
-                self.lease.renew()
-            n = tr.upload(files[rel], posixpath.join(self.remote_dir, rel), timeout=self.settings.command_timeout_s)
-            self.transfer["uploaded_bytes"] += n
-            self.transfer["files"].append(rel)
-        self.transfer["seconds"] = round(time.monotonic() - start, 4)
-        self.on_step("upload", f"{len(todo)} file(s), {self.transfer['uploaded_bytes']} bytes in "
-                               f"{self.transfer['seconds']:.2f}s")
+    def upload(self, tr: SSHTransport, files: dict[str, Path], local: dict[str, str], held: dict) -> None:
+        self.transfer = sync.upload(tr, files, local, held, self.remote_dir, timeout_s=self.settings.command_timeout_s,
+                                    lease=self.lease, on_step=self.on_step)
 
     def spec(self, digests: dict[str, str]) -> dict:
         m, s = self.manifest, self.settings
@@ -266,11 +217,7 @@ class Bench:
                 "drift": "shut-down"}.get(self.partial.last, self.partial.last)
 
     def _raise_for_transport(self, r, doing: str) -> None:
-        if r.connection_lost:
-            raise self.error(ConnectionLost, f"connection to {self.device.address} lost while {doing}",
-                             hint="the device or its sshd went away; results already measured are kept")
-        if r.timed_out:
-            raise self.error(RunnerTimeout, f"timed out after {self.settings.command_timeout_s:g}s while {doing}")
+        sync.raise_for_transport(r, self.device, self.settings.command_timeout_s, doing)
 
     # ------------------------------------------------------------ result
 
@@ -362,11 +309,22 @@ class Bench:
 
     # ------------------------------------------------------------ all of it
 
+    def session(self) -> Session:
+        """The device session of this run (:class:`.session.Session`): connect with retries,
+        the lease for the command timeout."""
+        what = f"edgeforge {self.command} {self.manifest.get('name') or 'model'}@{self.manifest['artifact']['sha256'][:12]}"
+        return Session(self.device, self.opts, connect_timeout_s=self.settings.connect_timeout_s,
+                       command_timeout_s=self.settings.command_timeout_s, what=what, on_step=self.on_step,
+                       backoff_s=self.backoff_s)
+
     def connect(self) -> SSHTransport:
-        """Open the SSH connection (:func:`.session.connect`: retries with exponential backoff)."""
-        return connect(self.device, connect_timeout=self.settings.connect_timeout_s,
-                       trust_new_host=self.trust_new_host, retries=self.retries, backoff_s=self.backoff_s,
-                       on_step=self.on_step, on_attempt=lambda n: setattr(self, "attempts", n), opts=self.opts)
+        """Open the SSH connection alone (:meth:`.session.Session.connect`: retries with
+        exponential backoff); ``attempts`` counts the tries."""
+        ses = self.session()
+        try:
+            return ses.connect()
+        finally:
+            self.attempts = ses.attempts
 
     def run(self) -> BenchOutcome:
         check_results_dir(self.results_dir)
@@ -377,21 +335,10 @@ class Bench:
         digests = self.local_digests(files)
         self.timing["started_at"] = iso(time.time())
         self.on_step("connect", f"{self.device.name} ({self.device.address})")
-        tr = self.connect()
+        ses = self.session()
         try:
-            for host, fp in tr.recorded_host_keys:
-                self.on_step("connect", f"recorded new host key {fp} for {host} in {tr.known_hosts}")
-            what = f"edgeforge bench {self.manifest.get('name') or 'model'}@{self.manifest['artifact']['sha256'][:12]}"
-            self.lease = Lease(tr, lease_ttl(self.settings.command_timeout_s), wait_s=self.wait_s, what=what,
-                               on_step=self.on_step)
-            self.on_step("lease", f"{self.device.workdir}/.lease")
-            try:
-                self.lease.acquire()
-            except KeyboardInterrupt:       # a signal mid-acquire: the device may have granted it
-                self.lease.held = True      # release is by token: a lease not ours stays
-                self.lease.release()
-                raise
-            try:
+            with ses:
+                self.attempts, self.lease, tr = ses.attempts, ses.lease, ses.tr
                 self.on_step("check", f"sha256 of the files under {self.device.workdir}/{self.manifest['artifact']['sha256'][:12]}…")
                 info = self.prepare(tr, digests)
                 self.upload(tr, files, digests, info["digests"])
@@ -406,10 +353,8 @@ class Bench:
                     self.lease.release()
                     self.timing["finished_at"] = iso(time.time())
                     raise interrupted(self, self.stopped_by) from None
-            finally:
-                self.lease.release()
         finally:
-            tr.close()
+            self.attempts = ses.attempts
         self.timing["finished_at"] = iso(time.time())
         result = self.result()
         path = self.write(result)
@@ -443,7 +388,7 @@ def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
 
     Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed, is
     busy, or is marked unhealthy)."""
-    from ..api import read_manifest
+    from ...api import read_manifest
 
     opts = opts or BenchOptions()
     manifest = read_manifest(build_dir)

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import json
-from contextlib import closing
 
-from ..errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
-from ..runner import RUNNER_FILE
-from ..targets import load_target
+from ...errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
+from ...options import BenchOptions
+from ...runner import RUNNER_FILE
+from ...targets import load_target
 from .settings import RUNTIME_FOR_BACKEND, arch_matches
 from .inventory import load_inventory
-from .session import connect
+from .session import Session
 from .transport import SSHTransport
 
 
@@ -34,16 +34,19 @@ def probe_device(tr: SSHTransport, timeout: float, benchmark_bin: str | None = N
         raise RunnerCrashed(dev.name, f"probe failed with {dev.python} (exit {r.exit_code}): {tail}") from None
 
 
-def check_device(name: str, *, inventory=None, connect_timeout: float | None = None, timeout: float | None = None,
-                 trust_new_host: bool = False) -> dict:
-    """Report on one device. ``matches`` says whether it can run what its target builds."""
-    dev = load_inventory(inventory).get(name)
+def check_device(name: str, *, inventory=None, opts: BenchOptions | None = None) -> dict:
+    """Report on one device. ``matches`` says whether it can run what its target builds.
+    ``opts``: the connection options (:class:`.session.Session`, no lease: the check only
+    reads); ``inventory`` wins over ``opts.inventory``. Without ``opts`` one connect try."""
+    o = opts or BenchOptions(retries=0)
+    dev = load_inventory(inventory if inventory is not None else o.inventory).get(name)
     profile = load_target(dev.target)
-    connect_timeout = connect_timeout or profile.bench.connect_timeout_s
-    timeout = timeout or min(profile.bench.command_timeout_s, 120)
+    connect_timeout = o.connect_timeout or profile.bench.connect_timeout_s
+    timeout = o.timeout or min(profile.bench.command_timeout_s, 120)
     bb = dev.benchmark_bin or ("benchmark_bin" if profile.bench.runner == "benchmark_bin" else None)
-    # the session's connect: a lab device's place is held for the check (one try, as before)
-    with closing(connect(dev, connect_timeout=connect_timeout, trust_new_host=trust_new_host, retries=0)) as tr:
+    # a lab device's place is held for the check
+    with Session(dev, o, connect_timeout_s=connect_timeout, command_timeout_s=timeout, lease=False) as ses:
+        tr = ses.tr
         probe = probe_device(tr, timeout, bb)
         recorded = list(tr.recorded_host_keys)
         where = tr.where
@@ -68,7 +71,7 @@ def check_device(name: str, *, inventory=None, connect_timeout: float | None = N
         ok = bool(info.get("present"))
         detail = f"{rt_name} {info.get('version')}" if ok else f"{rt_name}: {info.get('error', 'missing')}"
         if not ok and backend == "lite" and profile.hardware.arch != "x86_64":
-            from .setup import LITE_REMEDY
+            from .sync import LITE_REMEDY
             detail += f"; {LITE_REMEDY}"
         if ok and backend == "onnx":
             wanted = list(profile.backend.onnx.execution_providers)

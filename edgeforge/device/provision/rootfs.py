@@ -5,7 +5,7 @@ tarball, ``<cache>/emulate/rootfs-<suite>-<arch>-<key>.tar.zst``; a second ``sta
 Stage one of debootstrap runs natively, stage two inside the rootfs under qemu-user through binfmt_misc,
 so this needs root, Debian's ``debootstrap``, ``qemu-user-static`` and ``binfmt-support``.
 
-    python -m edgeforge.device.rootfs build        # build (or find) the default rootfs, print its path
+    python -m edgeforge.device.provision.rootfs build        # build (or find) the default rootfs, print its path
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..cache import default_cache_dir
-from ..errors import ConfigError, EdgeforgeError, RootfsFailed
+from ...cache import default_cache_dir
+from ...errors import ConfigError, EdgeforgeError, RootfsFailed
 
 BUILDER_VERSION = 1
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
@@ -252,7 +252,7 @@ def unpack(tarball: Path, dest: Path) -> float:
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] != ["build"]:
-        print("usage: python -m edgeforge.device.rootfs build", file=sys.stderr)
+        print("usage: python -m edgeforge.device.provision.rootfs build", file=sys.stderr)
         return 2
     try:
         rep = build()

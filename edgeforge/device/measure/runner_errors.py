@@ -11,7 +11,7 @@ The runner classifies what went wrong (``kind``), and the kind decides who is at
 """
 from __future__ import annotations
 
-from ..errors import BuildInvalid, DigestMismatch, EdgeforgeError, RunnerCrashed, RuntimeMissing
+from ...errors import BuildInvalid, DigestMismatch, EdgeforgeError, RunnerCrashed, RuntimeMissing
 
 BUILD_KINDS = ("build", "usage")
 EXIT_BUILD = 7          # the runner's exit code for kind "build" (usage: 2)

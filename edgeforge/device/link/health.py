@@ -28,8 +28,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import DeviceError, Unhealthy
-from ..fsutil import write_json_atomic
+from ...errors import DeviceError, Unhealthy
+from ...fsutil import write_json_atomic
 
 STATE_SCHEMA = "edgeforge.devices-state/1"
 UNHEALTHY_AFTER = 3

@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..options import BenchOptions, BuildOptions
+from ...errors import ConfigError
+from ...options import BenchOptions, BuildOptions
 
 PRECISIONS = ("fp32", "fp16", "int8")
 DECISION = "decision.json"
@@ -36,7 +36,7 @@ class Decision:
 
 def allowed(profile, backend: str) -> list[str]:
     """The precisions the target's runtime can run on ``backend`` (resolve_precision's rules)."""
-    from ..options import resolve_precision
+    from ...options import resolve_precision
 
     out = []
     for p in PRECISIONS:
@@ -49,9 +49,9 @@ def allowed(profile, backend: str) -> list[str]:
 
 
 def _plan(project, target: str, build: BuildOptions | None, out):
-    from .. import api
-    from ..project import load_project
-    from ..targets import load_target
+    from ... import api
+    from ...project import load_project
+    from ...targets import load_target
 
     build = build or BuildOptions()
     profile = load_target(target)
@@ -62,7 +62,7 @@ def _plan(project, target: str, build: BuildOptions | None, out):
 
 
 def _build_all(project, target, build: BuildOptions, precisions, work: Path, log) -> dict:
-    from .. import api
+    from ... import api
 
     builds = {}
     for p in precisions:
@@ -73,8 +73,8 @@ def _build_all(project, target, build: BuildOptions, precisions, work: Path, log
 
 
 def _finish(project, target, build: BuildOptions, dest: Path, record: dict, log) -> object:
-    from .. import api
-    from ..fsutil import write_json_atomic
+    from ... import api
+    from ...fsutil import write_json_atomic
 
     log(f"precision auto: {record['chosen']} into {dest}")
     res = api.build(project, target, build.model_copy(update={"precision": record["chosen"]}), out=dest, log=log)
@@ -84,10 +84,10 @@ def _finish(project, target, build: BuildOptions, dest: Path, record: dict, log)
 
 def decide_on_host(project, target: str, build: BuildOptions | None = None, *, out=None,
                    log=None) -> Decision:
-    from ..contracts import needs_device
-    from ..quant.speed import NOTE, interleaved, p50
-    from ..report.compare import compare_samples
-    from ..report.verdict import choose
+    from ...contracts import needs_device
+    from ...quant.speed import NOTE, interleaved, p50
+    from ...report.compare import compare_samples
+    from ...report.verdict import choose
 
     log = log or (lambda m: None)
     build, profile, backend, dest = _plan(project, target, build, out)
@@ -118,12 +118,12 @@ def decide_on_host(project, target: str, build: BuildOptions | None = None, *, o
 
 def decide_on_device(project, target: str, device: str, build: BuildOptions | None = None,
                      bench: BenchOptions | None = None, *, out=None, on_step=None) -> Decision:
-    from ..fsutil import write_json_atomic
-    from ..report.compare import compare
-    from ..report.pairing import p50_ms
-    from ..report.verdict import choose
-    from .bench import bench as bench_one
-    from .fleet import new_id
+    from ...fsutil import write_json_atomic
+    from ...report.compare import compare
+    from ...report.pairing import p50_ms
+    from ...report.verdict import choose
+    from ..measure.bench import bench as bench_one
+    from ..measure.fleet import new_id
 
     on_step = on_step or (lambda step, msg: None)
     log = lambda msg: on_step("build", msg)  # noqa: E731

@@ -29,9 +29,9 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from ..config import Strict, did_you_mean, parse_model, read_toml
-from ..errors import ConfigError
-from ..lab.config import LabRef, LabView
+from ...config import Strict, did_you_mean, parse_model, read_toml
+from ...errors import ConfigError
+from ...lab.config import LabRef, LabView
 
 ENV_VAR = "EDGEFORGE_DEVICES"
 DEFAULT_FILE = "devices.toml"
@@ -136,7 +136,7 @@ def load_inventory(explicit: str | os.PathLike | None = None) -> Inventory:
                                           base)
     lab = None
     if top.labgrid is not None:
-        from ..lab.config import read_lab
+        from ...lab.config import read_lab
 
         lab = read_lab(top.labgrid, str(path))
         for ref, fields in lab.devices:
@@ -190,7 +190,7 @@ def select_devices(inv: Inventory, selector: str) -> list[Device]:
 
 def select_where(inv: Inventory, where: dict[str, str]) -> list[Device]:
     """The lab devices whose place has every tag of ``where`` (``--where KEY=VALUE``), by name."""
-    from ..lab.config import tagged
+    from ...lab.config import tagged
 
     if inv.lab is None:
         raise ConfigError(f"--where selects labgrid places, and {inv.path} has no [labgrid] table")

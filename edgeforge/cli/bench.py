@@ -1,4 +1,4 @@
-"""The device verbs: ``bench``, ``run``, ``sweep``.
+"""The measuring verbs: ``bench``, ``run``, ``sweep``.
 
     edgeforge bench BUILD_DIR --device NAME [bench flags] [gate flags]
     edgeforge bench BUILD_DIR... --devices TAG|NAME|all[,...] [--jobs N] [...]
@@ -12,13 +12,28 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..errors import ConfigError, ExitCode, GateFailed
+from ..errors import ConfigError, ExitCode, FleetFailed, GateFailed
 from ..report import fmt
-from ._common import (EXIT_CODES_HELP, add_bench_flags, add_build_flags, bench_options,
-                      build_options, check_gate_flags, console, escape,
-                      fleet_progress, gate_with_history, numbers, positive_int, results_history,
-                      say_error, step_progress, threads, wrap)
-from ._render import print_build_summary, print_decision
+from ._common import (
+    EXIT_CODES_HELP,
+    add_bench_flags,
+    add_budget_flag,
+    add_build_flags,
+    bench_options,
+    build_options,
+    check_gate_flags,
+    console,
+    escape,
+    gate_failure_with_history,
+    gate_with_history,
+    numbers,
+    positive_int,
+    results_history,
+    say_error,
+    threads,
+    wrap,
+)
+from ._render import fleet_progress, print_build_summary, print_decision, step_progress
 from ._width import BORDER, clause_wrap, drop_to_fit, path_cells, short_id, table_width
 from ._project import add_project_arg
 
@@ -57,7 +72,8 @@ def register(sub) -> None:
                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_project_arg(r)
     add_build_flags(r, full=False)
-    add_bench_flags(r)
+    add_budget_flag(r)
+    add_bench_flags(r, builds=True)
     r.set_defaults(func=cmd_run)
 
     w = sub.add_parser(
@@ -75,7 +91,8 @@ def register(sub) -> None:
     w.add_argument("--power-modes", metavar="M,...", help="comma-separated (default: the target's runtime.power_modes)")
     w.add_argument("--out", metavar="DIR", help="parent directory of the builds (default: build/)")
     w.add_argument("--no-cache", action="store_true")
-    add_bench_flags(w)
+    add_budget_flag(w)
+    add_bench_flags(w, builds=True)
     w.set_defaults(func=cmd_sweep)
 
 
@@ -93,7 +110,7 @@ def cmd_bench(args) -> int:
 
 
 def _bench_one(args) -> int:
-    from ..device.bench import bench
+    from ..device.measure.bench import bench
 
     with step_progress(args.quiet) as on_step:
         opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile,
@@ -113,7 +130,7 @@ def _report_one(args, outcome) -> int:
 
 
 def _bench_fleet(args) -> int:
-    from ..device.fleet import fleet_bench
+    from ..device.measure.fleet import fleet_bench
     from ..lab.config import parse_where
 
     where = parse_where(args.where)
@@ -134,23 +151,25 @@ def _bench_fleet(args) -> int:
                 print_int8_verdict(r, pool)
         print_fleet(outcome)
     results = outcome.results
-    gate = gate_with_history(args, results, [j.path for r in outcome.runs for j in r.jobs])
+    gate = gate_failure_with_history(args, results, [j.path for r in outcome.runs for j in r.jobs])
+    if gate is not None and (outcome.failed or not results):
+        say_error(gate.one_line())          # a device failure takes precedence: exit 4
     if outcome.failed:
         shown = "; ".join(f"{r.name} ({r.error})" for r in outcome.failed)
         tried = len([r for r in outcome.runs if r.jobs])
-        say_error(f"{len(outcome.failed)} of {tried} devices failed: {shown}")
-        return ExitCode.DEVICE
+        raise FleetFailed(f"{len(outcome.failed)} of {tried} devices failed: {shown}")
     if not results:
-        say_error("no device was benched: "
-                  + "; ".join(f"{r.name}: {r.note}" for r in outcome.runs if r.note))
-        return ExitCode.DEVICE
-    return gate
+        raise FleetFailed("no device was benched: "
+                          + "; ".join(f"{r.name}: {r.note}" for r in outcome.runs if r.note))
+    if gate is not None:
+        raise gate
+    return ExitCode.OK
 
 
 def cmd_run(args) -> int:
     from .. import api
-    from ..device.bench import bench
-    from ..device.inventory import load_inventory
+    from ..device.measure.bench import bench
+    from ..device.link.inventory import load_inventory
 
     check_gate_flags(args)
     dev = load_inventory(args.inventory).get(args.device)   # fail before a build, not after
@@ -174,7 +193,7 @@ def cmd_run(args) -> int:
 
 
 def _run_auto(args) -> int:
-    from ..device.auto import decide_on_device
+    from ..device.workflow.auto import decide_on_device
 
     with step_progress(args.quiet) as on_step:
         d = decide_on_device(args.project, args.target, args.device, build_options(args),
@@ -190,7 +209,7 @@ def _run_auto(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..device.sweep import SweepAxes, parse_list, sweep
+    from ..device.measure.sweep import SweepAxes, parse_list, sweep
 
     check_gate_flags(args)
     bad = [p for p in (args.precisions or "").split(",") if p.strip() and p.strip() not in ("int8", "fp16", "fp32")]
@@ -212,13 +231,17 @@ def cmd_sweep(args) -> int:
                                      for p in outcome.points]}, indent=2))
     else:
         print_sweep(outcome)
-    gate = gate_with_history(args, outcome.results, [p.path for p in outcome.points]) if outcome.results else ExitCode.OK
+    gate = gate_failure_with_history(args, outcome.results, [p.path for p in outcome.points]) if outcome.results else None
+    if gate is not None and (outcome.error is not None or outcome.verify_failed):
+        say_error(gate.one_line())          # the device error or the failed verify is the exit
     if outcome.error is not None:
         raise outcome.error
     if outcome.verify_failed:
         raise GateFailed(f"verify failed for {', '.join(outcome.verify_failed)}",
                          hint="not benched")
-    return gate
+    if gate is not None:
+        raise gate
+    return ExitCode.OK
 
 
 def print_int8_verdict(result: dict, pool: list[dict]) -> None:
@@ -285,7 +308,7 @@ def print_bench_result(result: dict, path) -> None:
             f"{fmt.num(task.get('drop'), '.2f')} points)" if task.get("drop") is not None
             else f"not measured ({task.get('skipped')})")))
     if result.get("end_to_end"):
-        from ..device.endtoend import summary_line
+        from ..device.measure.endtoend import summary_line
 
         info.add_row("end to end", escape(summary_line(result["end_to_end"])))
     info.add_row("device", escape(f"{fp.get('cpu_model')}, {fp.get('cores')} cores, {fp.get('arch')}, "

@@ -24,32 +24,20 @@ import re
 import subprocess
 import sys
 import time
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cache import default_cache_dir, sha256_file
-from ..errors import ConfigError, DeviceError
-from ..options import BenchOptions
-from ..runner import remote
-from ..targets import load_target
-from .inventory import Device, load_inventory
-from .lease import lease_ttl
-from .session import connect, leased
-from .transport import SSHTransport
+from ...cache import default_cache_dir, sha256_file
+from ...errors import ConfigError, DeviceError
+from ...options import BenchOptions
+from ...runner import remote
+from ...targets import load_target
+from ..link.inventory import Device, load_inventory
+from ..link.session import Session
+from ..link.sync import LITE_REMEDY
+from ..link.transport import SSHTransport
 
-LITE_README = "docs/emulated-arm.md, 'Paddle Lite on an ARM board'"
-LITE_REMEDY = (f"no ARM paddlelite wheel exists on the package registry: build Paddle Lite's ARM light API "
-               f"or benchmark_bin for the board (see {LITE_README})")
 LITE_NOTE = f"paddlelite: {LITE_REMEDY}"
-
-
-def runtime_remedy(missing: list[str], machine: str | None, device: str) -> str:
-    """What to do about runtime modules a device lacks: Lite on ARM needs a build, the rest setup."""
-    if "paddlelite" in missing and (machine or "").startswith(("aarch64", "arm")):
-        return LITE_REMEDY
-    return (f"edgeforge devices setup {device} installs {' and '.join(missing)} from the host; or point "
-            "python = ... in devices.toml at a Python that has them")
 
 # Runs on the device: what its wheels must be built for. Standard library only.
 DEVICE_FACTS = r'''
@@ -202,9 +190,9 @@ def _marked(r, prefix: str, dev: Device, doing: str) -> dict:
 def setup_device(name: str, *, inventory=None, packages: list[str] | None = None, cache: Path | None = None,
                  update_inventory: bool = True, opts: BenchOptions | None = None, on_step=None) -> SetupResult:
     """Install the target's runtime into ``<workdir>/env`` on device ``name`` (see the module doc).
-    ``opts`` are bench's connection options: it connects as bench does (:func:`.session.connect`:
-    ``connect_timeout``, default 60 s, ``retries``, ``trust_new_host``) and works under the
-    device's lease (:func:`.session.leased`: a holder is waited for ``wait`` seconds, else
+    ``opts`` are bench's connection options: it reaches the device as bench does
+    (:class:`.session.Session`: ``connect_timeout``, default 60 s, ``retries``,
+    ``trust_new_host``) and works under the device's lease (a holder is waited for ``wait`` seconds, else
     :class:`~edgeforge.errors.Busy`); ``timeout`` (default 600 s) bounds each command."""
     o = opts or BenchOptions()
     timeout = o.timeout if o.timeout is not None else 600.0
@@ -215,10 +203,10 @@ def setup_device(name: str, *, inventory=None, packages: list[str] | None = None
     reqs = packages or reqs
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
-    tr = connect(dev, connect_timeout=o.connect_timeout if o.connect_timeout is not None else 60.0,
-                 trust_new_host=o.trust_new_host, retries=o.retries, on_step=say, opts=o)
-    with closing(tr), leased(tr, ttl_s=lease_ttl(timeout), wait_s=o.wait, what="edgeforge devices setup",
-                             on_step=say) as lease:
+    ses = Session(dev, o, connect_timeout_s=o.connect_timeout if o.connect_timeout is not None else 60.0,
+                  command_timeout_s=timeout, what="edgeforge devices setup", on_step=say)
+    with ses:
+        tr, lease = ses.tr, ses.lease
         facts = _marked(tr.python(["-c", DEVICE_FACTS], timeout=timeout, doing="asking the device"),
                         "@@edgeforge-facts ", dev, "asking the device for its platform")
         base_python = facts["executable"]

@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BuildInvalid, ConfigError
-from ..options import BenchOptions, parse_warmups
-from ..runner import RUNNER_FILE
+from ...errors import BuildInvalid, ConfigError
+from ...options import BenchOptions, parse_warmups
+from ...runner import RUNNER_FILE
 from .buildcheck import validate_build
 from .inventory import Device
 
@@ -82,7 +82,7 @@ def check_results_dir(path: Path, create: bool = True) -> None:
     end). Else ConfigError (exit 2) naming it and what chose it (``--results``,
     ``$EDGEFORGE_RESULTS`` or the default), through :func:`edgeforge.fsutil.writable_dir`.
     ``create=False`` makes nothing (a missing directory is judged by its nearest parent)."""
-    from ..fsutil import writable_dir
+    from ...fsutil import writable_dir
 
     path = Path(path)
     env = os.environ.get("EDGEFORGE_RESULTS")

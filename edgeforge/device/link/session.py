@@ -6,17 +6,26 @@ deploy, fleet, sweep and load) and ``devices setup`` go through both.
 A device of a labgrid lab (``device.lab``) is reserved and acquired in labgrid first
 (:class:`edgeforge.lab.hold.PlaceHold`: ``opts.priority``, ``opts.wait_timeout``); closing the
 connection releases the place and cancels the reservation. The verbs know nothing of it, and
-edgeforge's own lease is still taken on the board."""
+edgeforge's own lease is still taken on the board.
+
+:class:`Session` is the two together, as every verb that reaches a device uses them (``bench``
+and through it fleet, sweep and ``load``; ``deploy``, ``rollback``, ``releases``; ``devices setup``
+and ``devices check``): one set of connection options (:class:`~edgeforge.options.BenchOptions`:
+``connect_timeout``, ``timeout``, ``trust_new_host``, ``retries``, ``wait``), the host keys it
+recorded reported, the lease (or none, for a read-only verb) released however the work ends, a
+signal mid-acquire included. The health record around a verb's work is
+:func:`.health.guarded`."""
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..errors import DeviceError
-from ..options import RETRIES, BenchOptions
+from ...errors import ConfigError, DeviceError
+from ...options import RETRIES, BenchOptions
 from .inventory import Device
-from .lease import Lease
+from .lease import Lease, lease_ttl
 from .transport import SSHTransport
 
 BACKOFF_S = 0.5             # first wait; doubles each retry
@@ -39,8 +48,8 @@ def hold_place(device: Device, opts: BenchOptions | None, say: Step):
     """The device's labgrid place, reserved and acquired (None for a device outside a lab)."""
     if device.lab is None:
         return None
-    from ..lab.client import LabClient
-    from ..lab.hold import PlaceHold, Queue
+    from ...lab.client import LabClient
+    from ...lab.hold import PlaceHold, Queue
 
     o = opts or BenchOptions()
     return PlaceHold(LabClient(device.lab.coordinator), device.lab.place, device.name,
@@ -102,3 +111,71 @@ def leased(tr: SSHTransport, *, ttl_s: float, wait_s: float = 0.0, what: str = "
         yield lease
     finally:
         lease.release()
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds to connect and for each command on the device."""
+
+    connect_timeout_s: float
+    command_timeout_s: float
+
+
+def device_timeouts(dev: Device, opts: BenchOptions) -> Timeouts:
+    """Timeouts for a verb without a build (rollback, releases, devices check and setup): the
+    flags, else the device's target's bench defaults (10 s, 600 s for a target not known)."""
+    from ...targets import load_target
+
+    try:
+        b = load_target(dev.target).bench
+        connect_s, command_s = b.connect_timeout_s, b.command_timeout_s
+    except ConfigError:
+        connect_s, command_s = 10.0, 600.0
+    return Timeouts(float(opts.connect_timeout or connect_s), float(opts.timeout or command_s))
+
+
+class Session:
+    """One device reached for one verb's work: ``with Session(...) as s:`` connects
+    (:func:`connect`, ``opts.retries`` with backoff), reports the host keys it recorded, takes
+    the lease for ``command_timeout_s`` plus a margin (``lease=False``: none, a read-only verb),
+    and gives both back on the way out. ``s.tr``, ``s.lease``; ``s.attempts``: connect tries of
+    the last :meth:`connect`. :meth:`connect` alone opens another transport with the same
+    options (a deploy reads the device back on a new connection after a lost one)."""
+
+    def __init__(self, device: Device, opts: BenchOptions | None, *, connect_timeout_s: float,
+                 command_timeout_s: float, what: str = "", lease: bool = True,
+                 on_step: Step | None = None, backoff_s: float = BACKOFF_S):
+        self.device, self.opts = device, opts or BenchOptions()
+        self.connect_timeout_s, self.command_timeout_s = float(connect_timeout_s), float(command_timeout_s)
+        self.what, self.take_lease, self.backoff_s = what, lease, float(backoff_s)
+        self.on_step = on_step or (lambda step, msg: None)
+        self.attempts = 0
+        self.tr: SSHTransport | None = None
+        self.lease: Lease | None = None
+        self._stack: ExitStack | None = None
+
+    def connect(self) -> SSHTransport:
+        def attempt(n: int) -> None:
+            self.attempts = n
+
+        return connect(self.device, connect_timeout=self.connect_timeout_s,
+                       trust_new_host=self.opts.trust_new_host, retries=self.opts.retries,
+                       backoff_s=self.backoff_s, on_step=self.on_step, on_attempt=attempt, opts=self.opts)
+
+    def __enter__(self) -> "Session":
+        with ExitStack() as stack:
+            self.tr = self.connect()
+            stack.callback(self.tr.close)
+            for host, fp in self.tr.recorded_host_keys:
+                self.on_step("connect", f"recorded new host key {fp} for {host} in {self.tr.known_hosts}")
+            if self.take_lease:
+                self.lease = stack.enter_context(
+                    leased(self.tr, ttl_s=lease_ttl(self.command_timeout_s), wait_s=self.opts.wait,
+                           what=self.what, on_step=self.on_step))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()

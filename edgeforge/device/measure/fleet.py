@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import Busy, ConfigError, DeviceError, EdgeforgeError, Unhealthy
-from ..options import BenchOptions
+from ...errors import Busy, ConfigError, DeviceError, EdgeforgeError, Unhealthy
+from ...options import BenchOptions
 from .bench import Bench, build_files, guarded, resolve_settings
-from .settings import check_results_dir, results_dir_of
-from .health import UNHEALTHY_AFTER, HealthStore, skip_note
-from .inventory import Device, load_inventory, select_devices, select_where
+from ..link.settings import check_results_dir, results_dir_of
+from ..link.health import UNHEALTHY_AFTER, HealthStore, skip_note
+from ..link.inventory import Device, load_inventory, select_devices, select_where
 
 FleetStep = Callable[[str, str, str], None]     # (device, step, message)
 
@@ -102,8 +102,8 @@ def plan(build_dirs, selector: str | None, inventory=None, where: dict | None = 
 
     Raises ConfigError (exit 2, before anything runs) for an unreadable or modified build, an
     unknown device or tag, and a build no selected device can run."""
-    from ..api import read_manifest
-    from ..cache import sha256_file
+    from ...api import read_manifest
+    from ...cache import sha256_file
 
     if not build_dirs:
         raise ConfigError("no build directory given")

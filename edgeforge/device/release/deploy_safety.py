@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import DeviceError, EdgeforgeError, Interrupted
+from ...errors import DeviceError, EdgeforgeError, Interrupted
 
 PAUSE_ENV = "EDGEFORGE_DEPLOY_PAUSE"
 PAUSE_MAX_S = 120.0
@@ -166,12 +166,12 @@ def settle(store, entry) -> None:
         entry.notes.append(f"could not remove {rid} ({detail(exc)}); the next deploy sweeps it")
 
 
-def read_back(link, store_of, entry) -> str | None:
-    """Settle ``entry`` on a new connection (``link.connect()``, with its retries); the reason
-    it could not, or None."""
+def read_back(session, store_of, entry) -> str | None:
+    """Settle ``entry`` on a new connection (``session.connect()``, with its retries; no
+    lease: the deploy's own was released or lost); the reason it could not, or None."""
     entry.read_back = False
     try:
-        tr = link.connect()
+        tr = session.connect()
     except DeviceError as exc:
         return detail(exc)
     try:
@@ -220,8 +220,8 @@ def last_record_note(results_dir, name: str, device: str, current: str | None) -
     """When the newest deploy/rollback record of ``name`` in ``results_dir`` could not read
     ``device`` back (status unknown, or ``read_back`` false) and the device's ``current``
     differs from it: a note saying so."""
-    from ..errors import ResultError
-    from ..results.deploy import DeployRecord, record_filename_suffix
+    from ...errors import ResultError
+    from ...results.deploy import DeployRecord, record_filename_suffix
 
     d = Path(results_dir)
     try:

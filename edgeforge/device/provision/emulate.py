@@ -3,7 +3,7 @@
     edgeforge devices emulate start --dir DIR [--cpu cortex-a72|cortex-a76] [--target rpi4] [--port N]
     edgeforge devices emulate stop --dir DIR
 
-``start`` builds the rootfs once (:mod:`edgeforge.device.rootfs`, about 10 minutes, then cached) and
+``start`` builds the rootfs once (:mod:`edgeforge.device.provision.rootfs`, about 10 minutes, then cached) and
 unpacks it into ``DIR/rootfs``; mounts /proc, /sys and /dev inside it (onnxruntime aborts without
 them); starts the rootfs's own sshd in a chroot on 127.0.0.1 (key-only, no PAM) with ``QEMU_CPU``
 set, and writes ``DIR/devices.toml`` with one device, ``emu-arm64``, plus its keys and known_hosts.
@@ -27,9 +27,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, DeviceError
+from ...errors import ConfigError, DeviceError
 from . import rootfs as rfs
-from .inventory import Device, render_device_toml
+from ..link.inventory import Device, render_device_toml
 from .localsshd import keygen, free_port, sshd_config, wait_for_banner
 
 NAME = "emu-arm64"

@@ -10,19 +10,19 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..errors import (Busy, ConfigError, EdgeforgeError, GateFailed, HealthCheckFailed, Interrupted, SmokeFailed,
+from ...errors import (Busy, ConfigError, EdgeforgeError, GateFailed, HealthCheckFailed, Interrupted, SmokeFailed,
                       Unhealthy)
-from ..manifest import read_manifest
-from ..options import BenchOptions
-from ..results.deploy import DeviceEntry, new_record
-from .bench import Bench, guarded, resolve_settings
-from .deploy_device import (KEEP, Deployer, DeploySpec, Step, Switch, detail, Link, device_settings,
-                            release_files, switch_device)
+from ...manifest import read_manifest
+from ...options import BenchOptions
+from ...results.deploy import DeviceEntry, new_record
+from ..measure.bench import Bench, guarded, resolve_settings
+from .deploy_device import KEEP, Deployer, DeploySpec, Step, Switch, detail, release_files, switch_device
 from .deploy_safety import HealthUnchecked, StateUnknown, StopRequest, last_record_note
-from .health import HealthStore
-from .inventory import Device, load_inventory, select_devices
+from ..link.health import HealthStore
+from ..link.inventory import Device, load_inventory, select_devices
 from .releases import NAME_HINT_DEPLOY, Releases, check_id, check_name
-from .settings import results_dir_of
+from ..link.session import Session, device_timeouts
+from ..link.settings import results_dir_of
 
 __all__ = ["KEEP", "DeploySpec", "Switch", "Deployer", "deploy", "rollback", "list_releases", "release_files",
            "switch_device"]
@@ -35,12 +35,10 @@ def list_releases(name: str, device: str, opts: BenchOptions | None = None):
     opts = opts or BenchOptions()
     check_name(name)
     dev = load_inventory(opts.inventory).get(device)
-    link = Link(dev, device_settings(dev, opts), opts, lambda s, m: None)
-    tr = link.connect()
-    try:
-        st = Releases(tr, name, link.settings.command_timeout_s).state()
-    finally:
-        tr.close()
+    t = device_timeouts(dev, opts)
+    with Session(dev, opts, connect_timeout_s=t.connect_timeout_s, command_timeout_s=t.command_timeout_s,
+                 lease=False) as ses:
+        st = Releases(ses.tr, name, t.command_timeout_s).state()
     st.record_note = last_record_note(results_dir_of(opts), name, dev.name, st.current)
     return dev, st
 
@@ -98,7 +96,7 @@ def deploy(build_dir, devices: str, opts: BenchOptions | None = None, spec: Depl
     ``edgeforge.deploy/1`` record, one entry per device. With ``spec.canary`` K: the first K
     devices first, benched (through ``current``) and gated with ``spec.gates``; if they pass the
     rest follow, else the canaries are switched back and the rest are not touched."""
-    from .fleet import new_id, plan
+    from ..measure.fleet import new_id, plan
 
     opts, spec = opts or BenchOptions(), spec or DeploySpec()
     name, keep, canary, jobs = spec.name, spec.keep, spec.canary, spec.jobs
@@ -161,7 +159,7 @@ def _fleet(dep: Deployer, inv, store, todo, record, jobs) -> None:
 def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record, on_step) -> str | None:
     """Bench the canaries that were deployed (through ``current``) and gate them; the reason
     they failed, or None."""
-    from ..report.gates import evaluate_gates
+    from ...report.gates import evaluate_gates
 
     failed = [e for _, e in canaries if e.status != "deployed"]
     if failed:
@@ -169,8 +167,8 @@ def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record
     results = []
     for dev, e in canaries:
         b = Bench(build_dir, dev, resolve_settings(read_manifest(build_dir), dev, opts), opts,
-                  on_step=lambda s, m, n=dev.name: on_step(n, s, m), tags={"deploy": {"id": record.id, "role": "canary"}})
-        b.remote_subdir = f"deploy/{record.name}/current"
+                  on_step=lambda s, m, n=dev.name: on_step(n, s, m), tags={"deploy": {"id": record.id, "role": "canary"}},
+                  remote_subdir=f"deploy/{record.name}/current")
         try:
             out = b.run()
         except EdgeforgeError as exc:
@@ -184,7 +182,7 @@ def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record
     # gate, saying so)
     reference = []
     if gates.get("min_int8_speedup") is not None:
-        from ..report.load import earlier_results
+        from ...report.load import earlier_results
 
         reference = earlier_results(results_dir_of(opts), [e.bench_result for _, e in canaries])
     verdicts = evaluate_gates(results, **gates, reference=reference) if gates else []
@@ -215,7 +213,7 @@ def _revert(dev: Device, name: str, opts: BenchOptions, e: DeviceEntry, why: str
 def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: str | None = None,
              reason: str | None = None, on_step: Step | None = None):
     """Switch NAME back on the selected devices: to the release before current, or to ``to``."""
-    from .fleet import new_id
+    from ..measure.fleet import new_id
 
     opts = opts or BenchOptions()
     check_name(name)

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import DeviceError, Interrupted, Stopped, signal_name
+from ...errors import DeviceError, Interrupted, Stopped, signal_name
 
 TERM_GRACE_S = 3.0      # SIGTERM, then SIGKILL after this long
 KILL_GRACE_S = 2.0      # then the connection is closed

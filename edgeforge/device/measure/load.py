@@ -21,17 +21,17 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..options import BenchOptions
-from ..report.gates import GateResult
-from ..results.knee import analyse, figures, recommendation_line
-from ..results.load import LOAD_SCHEMA, write_load_result
-from ..runner.edgeforge_runner import (LOAD_MAX_ARRIVALS, LOAD_MAX_DURATION_S, LOAD_MAX_LEVELS, LOAD_MAX_RATE,
+from ...errors import ConfigError
+from ...options import BenchOptions
+from ...report.gates import GateResult
+from ...results.knee import analyse, figures, recommendation_line
+from ...results.load import LOAD_SCHEMA, write_load_result
+from ...runner.edgeforge_runner import (LOAD_MAX_ARRIVALS, LOAD_MAX_DURATION_S, LOAD_MAX_LEVELS, LOAD_MAX_RATE,
                                        LOAD_MAX_TOTAL_S, LOAD_MAX_WARMUP_S, LOAD_MAX_WORKERS, MAX_BATCH,
                                        MAX_THREADS, load_worker_cap)
 from .bench import Bench, BenchOutcome, Step, guarded
-from .inventory import load_inventory
-from .settings import resolve_settings
+from ..link.inventory import load_inventory
+from ..link.settings import resolve_settings
 
 SESSIONS_FOR = {"onnx": ("shared", "own"), "lite": ("own",)}
 LEVEL_OVERHEAD_S = 3.0        # per level: session start, worker processes, a loaded device
@@ -229,7 +229,7 @@ def check_worker_cap(levels: list[dict], device_info: dict, manifest: dict, forc
 
 
 def recommendation_line_of(level: dict, what: str) -> str:
-    from ..results.knee import describe
+    from ...results.knee import describe
 
     return f"{describe(level)}: {what}"
 
@@ -239,7 +239,7 @@ def load(build_dir, device: str, plan: LoadPlan, opts: BenchOptions | None = Non
     """Measure BUILD_DIR's load curve on DEVICE (a name in the inventory) as ``plan`` says;
     ``opts``: timeouts, lease wait, retries, inventory, results directory, health, as for bench.
     Returns the result and where it was written. Raises ConfigError or DeviceError."""
-    from ..api import read_manifest
+    from ...api import read_manifest
 
     opts = opts or BenchOptions()
     manifest = read_manifest(build_dir)
@@ -258,7 +258,7 @@ def load_gates(result: dict, min_throughput: float | None = None, max_p99_ms: fl
     """``min_throughput`` (inf/s): the SLO pick's throughput when the run had an SLO, else the
     best error-free level's. ``max_p99_ms``: p99 at every open-loop rate. Emulated timings are
     refused (ConfigError) unless ``force``."""
-    from ..report.pairing import label, short
+    from ...report.pairing import label, short
 
     if (min_throughput, max_p99_ms) == (None, None):
         return []

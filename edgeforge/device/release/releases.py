@@ -29,12 +29,12 @@ import re
 import socket
 from dataclasses import dataclass, field
 
-from ..runner import remote
-from ..errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Misconfigured, ReleaseRefused, RunnerCrashed, RunnerTimeout,
+from ...runner import remote
+from ...errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch, Misconfigured, ReleaseRefused, RunnerCrashed, RunnerTimeout,
                       RuntimeMissing, SmokeFailed)
-from .events import Partial, tail
-from .lease import Lease
-from .transport import SSHTransport
+from ..link.events import Partial, tail
+from ..link.lease import Lease
+from ..link.transport import SSHTransport
 
 RELEASES_PREFIX = "@@edgeforge-releases "
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -1,0 +1,1 @@
+"""Measuring builds on devices: bench, fleet fan-out, sweeps, load curves."""

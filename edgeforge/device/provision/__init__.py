@@ -1,0 +1,1 @@
+"""Making and equipping devices: runtime setup, the emulated aarch64 device, its rootfs, the local sshd (demo and tests)."""

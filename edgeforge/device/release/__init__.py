@@ -1,0 +1,1 @@
+"""Model versions on devices: deploy, canaries, rollback, the releases on a device."""

@@ -1,0 +1,1 @@
+"""Workflows that combine building and measuring: --precision auto."""
