@@ -11,13 +11,17 @@ from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, r
 def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> list[dict]:
     """paddle2onnx >= 2 on the PIR program: ``model.json``, or ``model.pdmodel`` translated to
     PIR here as paddle2onnx itself would (``paddle.pir.translate_to_pir``), so that both routes
-    get the fixes of :mod:`.legalize.pir_json` (returned: what they changed). No polygraphy
+    get the fixes of :mod:`.legalize.pir_json`, then those of :mod:`.onnx_graph` on the ONNX file
+    (returned: what they all changed). No polygraphy
     folding: its ``POLYGRAPHY_AUTOINSTALL_DEPS=1`` would pip-install packages at build time.
     paddle2onnx 2.1 logs a failed conversion and returns; no model.onnx is the caller's error."""
+    import json
     import tempfile
 
     from ..paddle_env import PIR_FILE, import_paddle, is_pir
     from .legalize.pir_json import for_paddle2onnx
+    from .onnx_graph import fix_converted
+    from .onnx_nms import program_nms_attrs
 
     paddle = import_paddle()
     import paddle2onnx
@@ -34,8 +38,11 @@ def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> list[dict]
             src, params = _legacy_to_pir(paddle, paddle2onnx, Path(model_dir), Path(tmp) / "pir" / "model")
         fixed = Path(tmp) / "model.json"
         rewrites = for_paddle2onnx(src, fixed)
+        nms = program_nms_attrs(json.loads(fixed.read_text()))
         paddle2onnx.export(str(fixed), str(params), out_file, opset_version=opset, enable_onnx_checker=True,
                            deploy_backend="onnxruntime", optimize_tool="none")
+    if Path(out_file).is_file():
+        rewrites += fix_converted(out_file, nms)
     return rewrites
 
 
@@ -67,7 +74,7 @@ class OnnxConfig(PassConfig):
 @register
 class OnnxConvertPass(Pass):
     name = "convert.onnx"
-    version = 2
+    version = 3
     consumes = frozenset({PADDLE_FLOAT})
     produces = ONNX
     Config = OnnxConfig
@@ -92,7 +99,8 @@ class OnnxConvertPass(Pass):
         check_converted(self.name, out)
         size = out.stat().st_size
         if fixes:
-            ctx.log("paddle2onnx input fixes: " + ", ".join(f"{f['rewrite']} ({f['ops']} ops)" for f in fixes))
+            ctx.log("paddle2onnx fixes: " + ", ".join(
+                f"{f['rewrite']} ({f.get('ops', f.get('nodes'))} {'ops' if 'ops' in f else 'nodes'})" for f in fixes))
         return {"file": out.name, "precision": "fp32", "float_size_bytes": size, "converter_fixes": fixes,
                 "program": program_kind(inp.path),
                 **{k: v for k, v in inp.meta.items() if k in ("rewrites",)}}
