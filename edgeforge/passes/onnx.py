@@ -51,13 +51,15 @@ def _legacy_to_pir(paddle, paddle2onnx, model_dir: Path, prefix: Path) -> tuple[
     2.1's own translation, written out)."""
     from paddle.pir_utils import OldIrGuard
 
-    paddle.enable_static()
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    with OldIrGuard():
-        program, _, _ = paddle.static.load_inference_model(str(model_dir / "model"), exe)
-    translated = paddle.pir.translate_to_pir(program.desc)
-    paddle2onnx.load_parameter(translated)
-    paddle2onnx.save_program(translated, str(prefix))
+    from ..paddle_env import static_mode
+
+    with static_mode():          # dygraph again afterwards (callers in the same process: tests)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        with OldIrGuard():
+            program, _, _ = paddle.static.load_inference_model(str(model_dir / "model"), exe)
+        translated = paddle.pir.translate_to_pir(program.desc)
+        paddle2onnx.load_parameter(translated)
+        paddle2onnx.save_program(translated, str(prefix))
     return prefix.with_suffix(".json"), prefix.with_suffix(".pdiparams")
 
 
