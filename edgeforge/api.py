@@ -53,9 +53,10 @@ def project_artifact(project: Project):
     return Artifact(PROJECT, project.root, {}, sha256_json(parts))
 
 
-def plan_passes(project: Project, build: ResolvedBuild):
-    """The passes that make ``build`` of ``project``, in order."""
-    from .passes.export import ExportPass
+def plan_passes(project: Project, build: ResolvedBuild, route: str | None = None):
+    """The passes that make ``build`` of ``project``, in order; ``route``: the program format
+    export writes (``passes.export.routes_for``: the backend's first by default)."""
+    from .passes.export import ExportPass, routes_for
     from .passes.legalize import LegalizeInt8Pass, LegalizePass
     from .passes.lite import LiteConvertPass
     from .passes.onnx import OnnxConvertPass, OnnxFp16Pass
@@ -81,8 +82,11 @@ def plan_passes(project: Project, build: ResolvedBuild):
                        data_digest=_digest_or_empty(project.path(project.spec.data.calibration)),
                        eval_digest=eval_digest)
     vt = build.valid_targets
-    passes = [ExportPass()]
     prune = build.prune if build.prune is not None else project.spec.prune.flops
+    # prune saves a legacy program (prune_tune), and fold was checked on legacy programs only:
+    # the export takes that route for both
+    passes = [ExportPass(ExportPass.Config(route=route or ("legacy" if prune is not None or project.fold is not None
+                                                          else routes_for(project, backend)[0])))]
     if prune is not None:
         if project.fold is not None:
             raise ConfigError("--prune rebuilds the factory's layer, and [preprocess] fold = true exports it "
@@ -283,6 +287,41 @@ def _after_export(project: Project, labels, ctx, on_event: Event | None) -> Even
     return emit
 
 
+def _run_routes(project: Project, plan: ResolvedBuild, cache, source, ctx, emit: Event):
+    """The pipeline on each program route in turn (``passes.export.routes_for``) until one
+    builds and verifies: a pass error or a failed verify on the PIR route is one log line, then
+    the legacy route. Returns ``(final, steps, fallback record or None)``."""
+    from .errors import PassError
+    from .passes.base import PADDLE_FLOAT
+    from .passes.export import routes_for
+
+    routes = routes_for(project, plan.backend)
+    fallback = None
+    for i, route in enumerate(routes):
+        ctx.history.clear()
+        try:
+            final, steps = Pipeline(plan_passes(project, plan, route), cache).run(source, ctx, emit)
+            why = None if final.meta.get("verify", {}).get("status") != "failed" else (
+                f"verify failed: {final.meta['verify'].get('reason')}")
+        except PassError as exc:
+            if i + 1 == len(routes) or not _route_was(ctx, PADDLE_FLOAT, route):
+                raise
+            why = str(exc)
+        if why is None or i + 1 == len(routes) or not _route_was(ctx, PADDLE_FLOAT, route):
+            return final, steps, fallback
+        fallback = {"from": route, "to": routes[i + 1], "reason": why[:300]}
+        ctx.log(f"the {route} route failed ({why[:200]}); trying the {routes[i + 1]} route")
+    raise AssertionError("unreachable")
+
+
+def _route_was(ctx, kind: str, route: str) -> bool:
+    """Whether the program export wrote is of ``route`` (a PIR export may itself have fallen
+    back to the legacy program: then the next route would repeat it; an export that failed
+    already tried both)."""
+    exported = ctx.history.get(kind)
+    return exported is not None and (exported.meta.get("export") or {}).get("route", route) == route
+
+
 OUT_LOCK_TIMEOUT_S = 3600.0        # $EDGEFORGE_OUT_LOCK_TIMEOUT: how long a build waits for --out
 
 
@@ -341,7 +380,6 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     check_weights(project)
     labels = data["evaluation"].get("labels")
     source = project_artifact(project)
-    passes = plan_passes(project, plan)
     out_dir = Path(out) if out else default_out_dir(project, profile, backend, precision)
     check_out_dir(out_dir)
     cache = open_cache(plan)                # the local cache, and the remote one behind it
@@ -362,11 +400,13 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
         with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
             ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,
                               workdir=Path(work), log=log or (lambda m: None))
-            final, steps = Pipeline(passes, cache).run(source, ctx,
-                                                       _after_export(project, labels, ctx, on_event))
+            final, steps, fallback = _run_routes(project, plan, cache, source, ctx,
+                                                 _after_export(project, labels, ctx, on_event))
             manifest = build_manifest(project, plan, final, steps, toolchain_versions())
             exported = ctx.history.get(PADDLE_FLOAT)
             manifest["export"] = exported.meta.get("export") if exported is not None else None
+            if fallback and manifest["export"] is not None:
+                manifest["export"] = dict(manifest["export"], route_fallback=fallback)
             _write_out(out_dir, final, manifest)
     return BuildResult(out_dir, manifest)
 

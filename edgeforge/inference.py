@@ -6,8 +6,10 @@ child process (:func:`edgeforge.native.run_native`: a program that crashes Paddl
 not edgeforge) for its inputs (names, dtypes, shapes: ``[[model.inputs]]`` may narrow them and
 must agree) and, in the export pass, probed and copied as the float program.
 
-A PIR program (``prefix.json``) is refused in one line with the re-export that works: the
-pinned paddle2onnx 1.3.1 and Paddle Lite read only the legacy ProgramDesc (docs/export.md).
+A PIR program (``prefix.json`` + ``prefix.pdiparams``, Paddle 3's default export) is read the
+same way under Paddle's ``IrGuard`` and goes to the ONNX targets (paddle2onnx 2.1 reads it); for
+Paddle Lite, which reads only the legacy ProgramDesc, the export pass refuses it in one line with
+the re-export that works (docs/export.md). When both files are there, the legacy one is used.
 """
 from __future__ import annotations
 
@@ -16,25 +18,26 @@ from pathlib import Path
 
 from .errors import ConfigError, PassError
 
-REEXPORT = ("re-export it as a legacy program: FLAGS_enable_pir_api=0 python tools/export_model.py ... "
+REEXPORT = ("re-export it as a legacy program for Paddle Lite: FLAGS_enable_pir_api=0 python tools/export_model.py ... "
             "(PaddleClas/PaddleDetection/PaddleOCR), or set FLAGS_enable_pir_api=0 before `import paddle` "
             "and paddle.jit.save(layer, prefix, input_spec=[...]); it writes prefix.pdmodel")
 _READ_TIMEOUT_S = 600
 
 
 def program_files(prefix: Path, key: str = "[model] inference") -> tuple[Path, Path]:
-    """``(prefix.pdmodel, prefix.pdiparams)``, or one ConfigError saying what is there instead."""
+    """``(prefix.pdmodel or prefix.json, prefix.pdiparams)``, or one ConfigError saying what is
+    there instead."""
     model, params = Path(f"{prefix}.pdmodel"), Path(f"{prefix}.pdiparams")
     key = _given(key, prefix)
+    if not model.is_file() and Path(f"{prefix}.json").is_file():
+        model = Path(f"{prefix}.json")
     if not model.is_file():
-        if Path(f"{prefix}.json").is_file():
-            raise ConfigError(f"{key}: {prefix.name}.json is a PIR program, which "
-                              "paddle2onnx 1.3.1 and Paddle Lite cannot read", hint=REEXPORT)
-        if prefix.is_dir() and (prefix / "inference.pdmodel").is_file():
+        if prefix.is_dir() and any((prefix / f"inference{x}").is_file() for x in (".pdmodel", ".json")):
             raise ConfigError(f"{key} is a directory",
                               hint=f"name the prefix, not the directory: {prefix / 'inference'}")
         raise ConfigError(f"{key}: no {model.name} there",
-                          hint="give the path prefix of an exported model (prefix.pdmodel + prefix.pdiparams)")
+                          hint="give the path prefix of an exported model (prefix.pdmodel or prefix.json, "
+                               "+ prefix.pdiparams)")
     if not params.is_file():
         raise ConfigError(f"{key}: {model.name} has no {params.name} beside it",
                           hint="export writes both: copy the .pdiparams file next to the .pdmodel")
@@ -57,17 +60,22 @@ def read_program(prefix: str, probe_dir: str | None = None) -> dict:
     ``probe_dir``, also run it once on zeros (free dimensions = 1) for the output shapes and copy
     both files there as ``model.pdmodel`` / ``model.pdiparams``. Errors come back as
     ``{"error": message}``, a result as ``{"ok": {...}}``."""
+    import contextlib
+
     import numpy as np
 
-    from .paddle_env import private_scope, static_mode
+    from .paddle_env import import_paddle, private_scope, static_mode
 
+    pir = not Path(f"{prefix}.pdmodel").is_file() and Path(f"{prefix}.json").is_file()
     try:
-        with static_mode() as paddle, private_scope(paddle) as (_, exe):
+        if pir:
+            import_paddle()
+            from paddle.pir_utils import IrGuard
+        with (IrGuard() if pir else contextlib.nullcontext()), static_mode() as paddle, \
+                private_scope(paddle) as (_, exe):
             prog, feeds, fetches = paddle.static.load_inference_model(prefix, exe)
-            block = prog.global_block()
-            inputs = [{"name": n, "shape": [int(d) for d in block.var(n).shape],
-                       "dtype": _dtype(paddle, block.var(n))} for n in feeds]
-            result = {"inputs": inputs, "outputs": [f.name for f in fetches]}
+            inputs = _pir_inputs(paddle, prog, feeds) if pir else _legacy_inputs(paddle, prog, feeds)
+            result = {"inputs": inputs, "outputs": [_name(f, i) for i, f in enumerate(fetches)]}
             if probe_dir is not None:
                 zeros = {s["name"]: np.zeros([1 if d < 0 else d for d in s["shape"]], s["dtype"]) for s in inputs}
                 outs = exe.run(prog, feed=zeros, fetch_list=fetches)
@@ -77,9 +85,31 @@ def read_program(prefix: str, probe_dir: str | None = None) -> dict:
         return {"error": f"{type(exc).__name__}: {(lines[-1] if lines else '')[:300]}"}
     if probe_dir is not None:
         out = Path(probe_dir)
-        shutil.copyfile(f"{prefix}.pdmodel", out / "model.pdmodel")
+        suffix = ".json" if pir else ".pdmodel"
+        shutil.copyfile(f"{prefix}{suffix}", out / f"model{suffix}")
         shutil.copyfile(f"{prefix}.pdiparams", out / "model.pdiparams")
     return {"ok": result}
+
+
+def _legacy_inputs(paddle, prog, feeds) -> list[dict]:
+    block = prog.global_block()
+    return [{"name": n, "shape": [int(d) for d in block.var(n).shape], "dtype": _dtype(paddle, block.var(n))}
+            for n in feeds]
+
+
+def _pir_inputs(paddle, prog, feeds) -> list[dict]:
+    """A PIR program's feeds, from its ``pd_op.data`` ops (name, shape, dtype)."""
+    data = {op.attrs().get("name"): op.result(0) for op in prog.global_block().ops if op.name() == "pd_op.data"}
+    return [{"name": n, "shape": [int(d) for d in data[n].shape], "dtype": _dtype(paddle, data[n])}
+            for n in feeds]
+
+
+def _name(fetch, i: int) -> str:
+    try:
+        name = fetch.name
+        return str(name() if callable(name) else name)
+    except (ValueError, RuntimeError, AttributeError):     # a PIR value without a name
+        return f"output_{i}"
 
 
 def run_read(prefix: Path, log_path: Path, probe_dir: Path | None = None, pass_name: str = "export",
@@ -95,7 +125,7 @@ def run_read(prefix: Path, log_path: Path, probe_dir: Path | None = None, pass_n
                              "with paddle.static.load_inference_model to see why")
     if "error" in result:
         raise ConfigError(f"{_given(key, prefix)}: Paddle cannot load it: {result['error']}",
-                          hint=f"check it is a legacy inference program; {REEXPORT}")
+                          hint="check it is an inference program written by paddle.jit.save or a toolkit's export_model.py")
     return result["ok"]
 
 
@@ -127,6 +157,6 @@ def agree(program: list[dict], declared: list[dict], where: str) -> list[dict]:
 def export_inference(prefix: Path, out_dir: Path, log_path: Path) -> dict:
     """The export pass for an inference model: probe it and copy it as the float program."""
     read = run_read(prefix, log_path, probe_dir=out_dir)
-    if not (out_dir / "model.pdmodel").is_file():
-        raise PassError("export", f"copying {prefix}.pdmodel into the build failed")
+    if not any((out_dir / f"model{x}").is_file() for x in (".pdmodel", ".json")):
+        raise PassError("export", f"copying {prefix}'s program into the build failed")
     return read

@@ -124,7 +124,7 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} is a file, not a directory")
     if (from_inference is None) == (factory is None):
-        raise ConfigError("init needs the model: --from-inference PREFIX (an exported prefix.pdmodel) "
+        raise ConfigError("init needs the model: --from-inference PREFIX (an exported prefix.pdmodel or prefix.json) "
                           "or --factory module:Class")
     if weights is not None and factory is None:
         raise ConfigError("--weights goes with --factory (an inference model holds its parameters)")
@@ -143,7 +143,7 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
         from .inference import agree
 
         res.inputs = agree(program, given, "--input") if given else program
-        model = [f'inference = "{_rel(prefix, root)}"   # an exported prefix.pdmodel + prefix.pdiparams']
+        model = [f'inference = "{_rel(prefix, root)}"   # an exported prefix.pdmodel or .json + prefix.pdiparams']
     else:
         if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
             raise ConfigError(f"--factory {factory!r}: write it as module:Class (importable from {root})")

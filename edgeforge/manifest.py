@@ -131,6 +131,7 @@ class BuildMeta(BaseModel):
     calibration_search: Optional[list[dict[str, Any]]] = None
     int8_vs_fp32: Optional[dict[str, Any]] = None   # host stand-in: both timed interleaved
     rewrites: list[dict[str, Any]] = []           # legalize rewrites and their op counts
+    converter_fixes: list[dict[str, Any]] = []    # paddle2onnx input fixes (passes/legalize/pir_json.py)
     qat: Optional[dict[str, Any]] = None          # quantize.qat: entered, shipped, why, loss curve
     prune: Optional[dict[str, Any]] = None        # prune: FLOPs, size, host latency, metric before/after
 

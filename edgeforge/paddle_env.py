@@ -1,4 +1,10 @@
-"""Importing paddle the way edgeforge needs it: legacy (non-PIR) programs, quiet logs."""
+"""Importing paddle the way edgeforge needs it: legacy (non-PIR) programs by default, quiet logs.
+
+A program directory holds ``model.pdmodel`` (legacy ProgramDesc) or ``model.json`` (a Paddle 3
+PIR program), each with ``model.pdiparams``. The process stays in legacy-IR mode; a PIR program
+is loaded and run under Paddle's ``IrGuard`` (:func:`program_guard`) and exported under
+``DygraphPirGuard`` (passes/export.py).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -65,9 +71,30 @@ def private_scope(paddle):
             release()
 
 
+PIR_FILE = "model.json"          # a PIR program (paddle.jit.save with PIR on)
+LEGACY_FILE = "model.pdmodel"    # a legacy ProgramDesc
+
+
+def is_pir(model_dir) -> bool:
+    """Whether the program directory holds a PIR program (``model.json``, no ``model.pdmodel``)."""
+    from pathlib import Path
+
+    return (Path(model_dir) / PIR_FILE).is_file() and not (Path(model_dir) / LEGACY_FILE).is_file()
+
+
+def program_guard(model_dir):
+    """The IR context a program directory's program loads and runs in: ``IrGuard`` for PIR."""
+    if not is_pir(model_dir):
+        return contextlib.nullcontext()
+    import_paddle()
+    from paddle.pir_utils import IrGuard
+
+    return IrGuard()
+
+
 def load_program(model_dir, exe):
-    """Load a legacy inference program saved as model_dir/model.pdmodel + .pdiparams, with the
-    executor of a ``private_scope``."""
+    """Load the inference program saved as model_dir/model.pdmodel (or model.json, inside
+    :func:`program_guard`) + .pdiparams, with the executor of a ``private_scope``."""
     paddle = import_paddle()
     prog, feeds, fetches = paddle.static.load_inference_model(str(model_dir / "model"), exe)
     return prog, feeds, fetches
@@ -77,7 +104,7 @@ def paddle_inference(model_dir, feeds: dict, batch: int = 64) -> list:
     """Run the static program with the Paddle executor on ``feeds``; outputs in fetch order."""
     import numpy as np
 
-    with static_mode() as paddle, private_scope(paddle) as (_, exe):
+    with program_guard(model_dir), static_mode() as paddle, private_scope(paddle) as (_, exe):
         prog, feed_names, fetches = load_program(model_dir, exe)
         n = len(next(iter(feeds.values())))
         chunks: list[list] = []

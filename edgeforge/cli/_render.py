@@ -61,6 +61,10 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     if applied:
         con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied),
                   soft_wrap=False)
+    fallback = (m.get("export") or {}).get("route_fallback")
+    if fallback:
+        con.print(f"program route: {fallback['to']} (the {fallback['from']} route failed: "
+                  f"{fallback['reason'][:200]})", style="yellow", markup=False, soft_wrap=False)
     ab = m.get("accuracy_budget")
     if ab and len(ab.get("attempts") or []) > 1:
         def fig(r):

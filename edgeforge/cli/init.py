@@ -9,7 +9,7 @@ def register(sub) -> None:
     p.add_argument("dir", nargs="?", default=".", metavar="DIR",
                    help="the project directory to write (default: the current one; created if missing)")
     p.add_argument("--from-inference", metavar="PREFIX",
-                   help="an exported inference model: PREFIX.pdmodel + PREFIX.pdiparams")
+                   help="an exported inference model: PREFIX.pdmodel or PREFIX.json (PIR), + PREFIX.pdiparams")
     p.add_argument("--factory", metavar="MODULE:CLASS",
                    help="a factory importable from DIR that returns a paddle.nn.Layer")
     p.add_argument("--weights", metavar="F", help="the factory's trained parameters (.pdparams)")

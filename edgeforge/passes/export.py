@@ -1,5 +1,11 @@
-"""export: jit export of the trained dygraph model to the legacy static inference program, or,
-for ``[model] inference = "prefix"``, that exported program itself (:mod:`edgeforge.inference`).
+"""export: jit export of the trained dygraph model to a static inference program, or, for
+``[model] inference = "prefix"``, that exported program itself (:mod:`edgeforge.inference`).
+
+Two program formats (the route, ``ExportConfig.route``, part of the cache key): ``legacy``
+(``model.pdmodel``, a ProgramDesc: Paddle Lite and Paddle's PTQ read only this) and ``pir``
+(``model.json``, Paddle 3's PIR program, for paddle2onnx >= 2: recurrent layers and
+``multiclass_nms3`` export only this way). A PIR export that fails falls back to the legacy one
+in the same child, and the record says why (``export.route_note``).
 
 The user's factory (their code) runs in a child process (:func:`edgeforge.native.run_native`):
 a factory that calls ``sys.exit`` or crashes the interpreter becomes one ``PassError`` line
@@ -12,10 +18,11 @@ import importlib
 import re
 import sys
 from pathlib import Path
+from typing import Literal
 
 from ..errors import ConfigError, EdgeforgeError, PassError
 from ..native import run_native
-from .base import PADDLE_FLOAT, PROJECT, Artifact, Pass, PassContext, register
+from .base import PADDLE_FLOAT, PROJECT, Artifact, Pass, PassConfig, PassContext, register
 
 _EXPORT_TIMEOUT_S = 1800
 
@@ -83,10 +90,24 @@ def build_layer(paddle, root: Path, factory: str, weights: str | None):
     return layer
 
 
-def jit_save(paddle, layer, path: str, specs: list) -> dict:
-    from .export_compat import legacy_apis
+def pir_save(paddle, layer, path: str, specs: list) -> None:
+    """``paddle.jit.save`` to a PIR program (``path.json``) from this legacy-IR process."""
+    from paddle.pir_utils import DygraphPirGuard
 
-    with legacy_apis() as status:
+    try:
+        with DygraphPirGuard():
+            paddle.jit.save(layer, path, input_spec=specs)
+    except Exception as exc:  # noqa: BLE001 - any failure of the trace, reported as one line
+        raise PassError("export", f"paddle.jit.save (PIR) failed: {_first_line(exc)}",
+                        hint="make forward() traceable (no data-dependent Python control flow)") from None
+
+
+def jit_save(paddle, layer, path: str, specs: list) -> dict:
+    from .export_compat import legacy_apis, rnn_dropout_states
+
+    with legacy_apis() as status, rnn_dropout_states(paddle, layer) as rnn:
+        if rnn:
+            status["rnn_dropout_states"] = rnn      # recurrent layers given an allocated state
         try:
             paddle.jit.save(layer, path, input_spec=specs)
         except Exception as exc:  # noqa: BLE001
@@ -107,12 +128,13 @@ def jit_save(paddle, layer, path: str, specs: list) -> dict:
 
 
 def export_model(root: str, factory: str, weights: str | None, inputs: list[dict], out_dir: str,
-                 fold: dict | None = None) -> dict:
-    """The child's job: build the layer, probe it with the declared inputs, save the legacy
-    program to ``out_dir/model``. Returns ``{"ok": meta}`` or ``{"error": [class, message, hint]}``
-    (an edgeforge error is re-raised as itself in the parent)."""
+                 route: str = "legacy", fold: dict | None = None) -> dict:
+    """The child's job: build the layer (wrapped in the ``[preprocess]`` fold, when given), probe
+    it with the declared inputs, save the program of ``route`` to ``out_dir/model``. Returns
+    ``{"ok": meta}`` or ``{"error": [class, message, hint]}`` (an edgeforge error is re-raised as
+    itself in the parent)."""
     try:
-        return {"ok": _export(Path(root), factory, weights, inputs, Path(out_dir), fold)}
+        return {"ok": _export(Path(root), factory, weights, inputs, Path(out_dir), route, fold)}
     except EdgeforgeError as exc:
         cls = "config" if isinstance(exc, ConfigError) else "pass"
         message = exc.message
@@ -121,7 +143,7 @@ def export_model(root: str, factory: str, weights: str | None, inputs: list[dict
         return {"error": [cls, message, exc.hint]}
 
 
-def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], out_dir: Path,
+def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], out_dir: Path, route: str,
             fold: dict | None = None) -> dict:
     import numpy as np
 
@@ -148,36 +170,58 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
             hint="fix [[model.inputs]] in edgeforge.toml to the shape the model's forward expects",
         ) from None
     outs = out if isinstance(out, (list, tuple)) else [out]
-    status = jit_save(paddle, layer, str(out_dir / "model"), specs)
-    for stray in out_dir.glob("model.pdiparams.info"):
-        stray.unlink()
-    if not (out_dir / "model.pdmodel").is_file():
-        raise PassError("export", "paddle.jit.save wrote no legacy model.pdmodel (PIR export?)",
-                        hint="set FLAGS_enable_pir_api=0 before paddle is imported")
-    record = {"paddle": paddle.__version__, "program": "legacy ProgramDesc (FLAGS_enable_pir_api=0)",
-              "process": "child", "legacy_api_patch": status}
+    record = {"paddle": paddle.__version__, "process": "child", "route": route}
+    if route == "pir":
+        try:
+            pir_save(paddle, layer, str(out_dir / "model"), specs)
+            if not (out_dir / "model.json").is_file():
+                raise PassError("export", "paddle.jit.save (PIR) wrote no model.json")
+        except PassError as exc:
+            for stray in out_dir.glob("model.*"):
+                stray.unlink()
+            record.update(route="legacy", route_note=f"PIR export failed ({exc.message.removeprefix('pass export: ')}); "
+                                                     "exported the legacy program instead")
+            print(f"edgeforge: {record['route_note']}", file=sys.stderr)
+    if record["route"] == "legacy":
+        record["legacy_api_patch"] = jit_save(paddle, layer, str(out_dir / "model"), specs)
+        for stray in out_dir.glob("model.pdiparams.info"):
+            stray.unlink()
+        if not (out_dir / "model.pdmodel").is_file():
+            raise PassError("export", "paddle.jit.save wrote no legacy model.pdmodel (PIR export?)",
+                            hint="set FLAGS_enable_pir_api=0 before paddle is imported")
+    record["program"] = PROGRAMS[record["route"]]
     return {"inputs": inputs, "num_outputs": len(outs), "output_shapes": [list(o.shape) for o in outs],
             "export": record}
 
 
-def _from_inference(project, out_dir: Path) -> dict:
-    """An exported legacy program is the float program: probed and copied, in a child."""
-    from ..inference import export_inference
+PROGRAMS = {"legacy": "legacy ProgramDesc (model.pdmodel)", "pir": "PIR program (model.json)"}
 
+
+def _from_inference(project, out_dir: Path) -> dict:
+    """An exported program is the float program: probed and copied, in a child."""
+    from ..inference import export_inference, program_files
+
+    model, _ = program_files(project.inference)
+    route = "pir" if model.suffix == ".json" else "legacy"
     read = export_inference(project.inference, out_dir, out_dir.parent / f"{out_dir.name}.export.log")
-    record = {"program": "legacy ProgramDesc (an exported inference model)", "process": "child",
-              "source": f"{project.spec.model.inference} (.pdmodel + .pdiparams, copied)"}
+    record = {"program": f"{PROGRAMS[route]}, an exported inference model", "process": "child", "route": route,
+              "source": f"{project.spec.model.inference} ({model.suffix} + .pdiparams, copied)"}
     shapes = read["output_shapes"]
     return {"inputs": [s.model_dump() for s in project.inputs], "num_outputs": len(shapes),
             "output_shapes": shapes, "export": record}
 
 
+class ExportConfig(PassConfig):
+    route: Literal["pir", "legacy"] = "legacy"    # the program format asked for (api.plan_passes)
+
+
 @register
 class ExportPass(Pass):
     name = "export"
-    version = 2
+    version = 3
     consumes = frozenset({PROJECT})
     produces = PADDLE_FLOAT
+    Config = ExportConfig
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         project = ctx.project
@@ -187,7 +231,8 @@ class ExportPass(Pass):
         weights = str(project.weights) if project.weights is not None else None
         inputs = [s.model_dump() for s in project.inputs]
         result = run_native(self.name, f"factory '{factory}'", export_model,
-                            (str(project.root), factory, weights, inputs, str(out_dir), project.fold),
+                            (str(project.root), factory, weights, inputs, str(out_dir), self.config.route,
+                             project.fold),
                             out_dir.parent / f"{out_dir.name}.export.log", timeout=_EXPORT_TIMEOUT_S,
                             hint="the model's own code ended the export process; run the factory by hand "
                                  "to see why")
@@ -196,4 +241,25 @@ class ExportPass(Pass):
             if cls == "config":
                 raise ConfigError(message, hint=hint)
             raise PassError(self.name, message, hint=hint)
+        note = result["ok"]["export"].get("route_note")
+        if note:
+            ctx.log(note)
         return result["ok"]
+
+
+def routes_for(project, backend: str) -> tuple[str, ...]:
+    """The program routes to try, in order: ONNX reads PIR through paddle2onnx >= 2 (the legacy
+    program is the fallback), Paddle Lite only the legacy program; an exported inference model
+    has the route of its own file: a PIR one for Paddle Lite (it reads only the legacy
+    ProgramDesc) is refused here, before anything runs, with the re-export that works."""
+    if project.inference is not None:
+        from ..inference import REEXPORT, program_files
+
+        model = program_files(project.inference)[0]
+        if model.suffix != ".json":
+            return ("legacy",)
+        if backend == "lite":
+            raise ConfigError(f"[model] inference = {project.spec.model.inference}: {model.name} is a PIR "
+                              "program; Paddle Lite reads only legacy programs (.pdmodel)", hint=REEXPORT)
+        return ("pir",)
+    return ("pir", "legacy") if backend == "onnx" else ("legacy",)

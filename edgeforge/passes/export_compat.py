@@ -329,3 +329,33 @@ def legacy_apis():
         for owner, key, value in reversed(undo):
             setattr(owner, key, value)
         status["used"] = dict(sorted(_USED.items()))
+
+
+@contextlib.contextmanager
+def rnn_dropout_states(paddle, layer):
+    """Recurrent layers (``nn.LSTM``, ``nn.GRU``, ``nn.SimpleRNN``) through the legacy export.
+
+    Root cause (docs/export.md): ``RNNBase`` keeps ``_dropout_state``, a buffer made by
+    ``create_variable`` that is never allocated in dygraph (its place is ``Place(undefined:0)``).
+    The legacy trace turns every buffer into a static ``Variable`` through
+    ``Tensor._to_static_var``, which reads each public property of the tensor; Paddle 3.3's new
+    ``Tensor.device`` property is not in its skip list and raises ``ValueError: Unknown place
+    type: Place(undefined:0)``. For the block, each such buffer is an allocated empty uint8
+    tensor of the same name (the name keeps it non-persistable, out of ``.pdiparams``: Paddle
+    Lite's loader refuses an empty parameter; the ``rnn`` op writes it only when training with
+    dropout); restored on exit. Yields the number of layers changed."""
+    from paddle.nn.layer.rnn import RNNBase
+
+    changed = []
+    for sub in layer.sublayers(include_self=True):
+        state = getattr(sub, "_dropout_state", None)
+        if isinstance(sub, RNNBase) and state is not None and not state._is_initialized():
+            changed.append((sub, state))
+            allocated = paddle.zeros([0], dtype="uint8")
+            allocated.name = state.name      # "...__non_persistable": the trace keeps it out of the parameters
+            sub._dropout_state = allocated
+    try:
+        yield len(changed)
+    finally:
+        for sub, state in changed:
+            sub._dropout_state = state

@@ -4,16 +4,69 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import PassError
-from ..native import run_native
+from ..native import last_lines, run_native
 from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
 
 
-def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> int:
-    import paddle2onnx
+def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> list[dict]:
+    """paddle2onnx >= 2 on the PIR program: ``model.json``, or ``model.pdmodel`` translated to
+    PIR here as paddle2onnx itself would (``paddle.pir.translate_to_pir``), so that both routes
+    get the fixes of :mod:`.legalize.pir_json`, then those of :mod:`.onnx_graph` on the ONNX file
+    (returned: what they all changed). No polygraphy
+    folding: its ``POLYGRAPHY_AUTOINSTALL_DEPS=1`` would pip-install packages at build time.
+    paddle2onnx 2.1 logs a failed conversion and returns; no model.onnx is the caller's error."""
+    import json
+    import tempfile
 
-    paddle2onnx.export(f"{model_dir}/model.pdmodel", f"{model_dir}/model.pdiparams", out_file,
-                       opset_version=opset, enable_onnx_checker=True, deploy_backend="onnxruntime")
-    return 0
+    from ..paddle_env import PIR_FILE, import_paddle, is_pir
+    from .legalize.pir_json import for_paddle2onnx
+    from .onnx_graph import fix_converted
+    from .onnx_nms import program_nms_attrs
+
+    paddle = import_paddle()
+    import paddle2onnx
+    from paddle2onnx.utils import logging as p2o_logging
+
+    def failed(message="", use_color=True, exit=True):     # its logging.error ends the process
+        lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
+        raise RuntimeError(" ".join(lines[:2])[:300] or "paddle2onnx stopped")
+
+    p2o_logging.error = staticmethod(failed)
+    with tempfile.TemporaryDirectory(prefix="edgeforge-p2o-") as tmp:
+        src, params = Path(model_dir) / PIR_FILE, Path(model_dir) / "model.pdiparams"
+        if not is_pir(model_dir):
+            src, params = _legacy_to_pir(paddle, paddle2onnx, Path(model_dir), Path(tmp) / "pir" / "model")
+        fixed = Path(tmp) / "model.json"
+        rewrites = for_paddle2onnx(src, fixed)
+        nms = program_nms_attrs(json.loads(fixed.read_text()))
+        paddle2onnx.export(str(fixed), str(params), out_file, opset_version=opset, enable_onnx_checker=True,
+                           deploy_backend="onnxruntime", optimize_tool="none")
+    if Path(out_file).is_file():
+        rewrites += fix_converted(out_file, nms)
+    return rewrites
+
+
+def _legacy_to_pir(paddle, paddle2onnx, model_dir: Path, prefix: Path) -> tuple[Path, Path]:
+    """The legacy program and its parameters as a PIR program at ``prefix`` (paddle2onnx
+    2.1's own translation, written out)."""
+    from paddle.pir_utils import OldIrGuard
+
+    from ..paddle_env import static_mode
+
+    with static_mode():          # dygraph again afterwards (callers in the same process: tests)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        with OldIrGuard():
+            program, _, _ = paddle.static.load_inference_model(str(model_dir / "model"), exe)
+        translated = paddle.pir.translate_to_pir(program.desc)
+        paddle2onnx.load_parameter(translated)
+        paddle2onnx.save_program(translated, str(prefix))
+    return prefix.with_suffix(".json"), prefix.with_suffix(".pdiparams")
+
+
+def program_kind(model_dir: Path) -> str:
+    from ..paddle_env import is_pir
+
+    return "PIR" if is_pir(model_dir) else "legacy"
 
 
 class OnnxConfig(PassConfig):
@@ -23,7 +76,7 @@ class OnnxConfig(PassConfig):
 @register
 class OnnxConvertPass(Pass):
     name = "convert.onnx"
-    version = 1
+    version = 3
     consumes = frozenset({PADDLE_FLOAT})
     produces = ONNX
     Config = OnnxConfig
@@ -36,14 +89,22 @@ class OnnxConvertPass(Pass):
 
         out = out_dir / "model.onnx"
         ctx.log(f"paddle2onnx opset {self.config.opset}")
-        run_native(self.name, "paddle2onnx", paddle2onnx_convert, (str(inp.path), str(out), self.config.opset),
+        fixes = run_native(self.name, "paddle2onnx", paddle2onnx_convert, (str(inp.path), str(out), self.config.opset),
                    out_dir / "paddle2onnx.log", suspects=lambda: suspects_for(inp.path, "onnx", []))
-        (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
         if not out.is_file():
-            raise PassError(self.name, "paddle2onnx wrote no model.onnx")
+            log = (out_dir / "paddle2onnx.log").read_text(errors="replace")
+            errors = [ln for ln in log.splitlines() if "[ERROR]" in ln or "Error" in ln]
+            raise PassError(self.name, f"paddle2onnx wrote no model.onnx from the {program_kind(inp.path)} program"
+                            + (f": {last_lines(chr(10).join(errors), 2)}" if errors else ""),
+                            hint="express the op named with ops paddle2onnx converts, or --backend lite")
+        (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
         check_converted(self.name, out)
         size = out.stat().st_size
-        return {"file": out.name, "precision": "fp32", "float_size_bytes": size,
+        if fixes:
+            ctx.log("paddle2onnx fixes: " + ", ".join(
+                f"{f['rewrite']} ({f.get('ops', f.get('nodes'))} {'ops' if 'ops' in f else 'nodes'})" for f in fixes))
+        return {"file": out.name, "precision": "fp32", "float_size_bytes": size, "converter_fixes": fixes,
+                "program": program_kind(inp.path),
                 **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")}}
 
 

@@ -131,16 +131,29 @@ def all_ops_project(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("column", [dict(target="rpi4", precision="fp32"),
                                     dict(target="linux-x86", precision="fp32"),
+                                    dict(target="linux-x86", precision="fp32", route="legacy"),
                                     dict(target="linux-x86", backend="lite", precision="fp32")],
-                         ids=["lite-arm", "onnx", "lite-x86"])
-def test_model_of_all_listed_ops_builds_for_every_backend(all_ops_project, column, tmp_path):
+                         ids=["lite-arm", "onnx", "onnx-legacy", "lite-x86"])
+def test_model_of_all_listed_ops_builds_for_every_backend(all_ops_project, column, tmp_path, monkeypatch):
+    """ONNX builds take the PIR program (no patch needed: the PIR export is Paddle's own); the
+    legacy program, forced here, goes to paddle2onnx 2.1 through its PIR translation."""
     from edgeforge import api
+    from edgeforge.passes import export
 
+    column = dict(column)
+    route = column.pop("route", None)
+    if route:
+        monkeypatch.setattr(export, "routes_for", lambda project, backend: (route,))
     res = api.build(all_ops_project, out=tmp_path / "out", **column)
     m = res.manifest
-    used = m["export"]["legacy_api_patch"]["used"]
-    assert set(used) == {"sigmoid", "tanh", "gelu", "softplus", "matmul", "abs", "multiply", "sum",
-                         "maximum", "argmax"}, used
+    if m["export"]["route"] == "pir":
+        assert column["target"] == "linux-x86" and "legacy_api_patch" not in m["export"], m["export"]
+        assert "route_fallback" not in m["export"], m["export"]
+        assert {"rewrite": "f64-attrs-f32", "ops": 1} in m["converter_fixes"], m["converter_fixes"]
+    else:
+        used = m["export"]["legacy_api_patch"]["used"]
+        assert set(used) == {"sigmoid", "tanh", "gelu", "softplus", "matmul", "abs", "multiply", "sum",
+                             "maximum", "argmax"}, used
     assert m["export"]["paddle"] == import_paddle().__version__
     if column["target"] == "rpi4":
         assert m["verify"]["status"] == "device-only" and m["artifact"]["size_bytes"] > 0

@@ -1,6 +1,6 @@
-"""`[model] inference = "prefix"`: an exported legacy inference model (prefix.pdmodel +
-.pdiparams, written here with paddle.jit.save as PaddleClas' export_model does) is the model of a
-project with no factory and no weights (issues 25 and 27)."""
+"""`[model] inference = "prefix"`: an exported inference model, legacy (prefix.pdmodel +
+.pdiparams, written here with paddle.jit.save as PaddleClas' export_model does) or PIR
+(prefix.json), is the model of a project with no factory and no weights (issues 25 and 27)."""
 from __future__ import annotations
 
 import json
@@ -74,15 +74,32 @@ def test_narrowed_inputs_must_agree(exported, digits_project, tmp_path):
     assert "Traceback" not in res.stderr
 
 
-def test_pir_program_is_refused_with_the_reexport(digits_project, tmp_path):
-    prefix = export_digits(digits_project, tmp_path / "pir" / "inference", pir=True)
+@pytest.fixture(scope="module")
+def exported_pir(digits_project, tmp_path_factory) -> Path:
+    prefix = export_digits(digits_project, tmp_path_factory.mktemp("pir") / "inference", pir=True)
     assert prefix.with_suffix(".json").is_file() and not prefix.with_suffix(".pdmodel").exists()
-    root = _project(tmp_path / "p", digits_project, prefix)
+    return prefix
+
+
+@pytest.mark.parametrize("target", ["linux-x86", "jetson-orin"])
+def test_a_pir_program_builds_for_the_onnx_targets(exported_pir, digits_project, tmp_path, target):
+    root = _project(tmp_path / "p", digits_project, exported_pir)
+    proj = load_project(root)
+    assert [s.model_dump() for s in proj.inputs] == [{"name": "x", "shape": [-1, 1, 32, 32], "dtype": "float32"}]
+    assert {"inference.json", "inference.pdiparams"} <= {p.name for p in proj.source_files()}
+    result = api.build(root, target, out=tmp_path / "out", precision="fp32")
+    assert result.verify_status == "passed", result.manifest["verify"]
+    assert result.manifest["export"]["route"] == "pir"
+    assert result.manifest["verify"]["rel_max_abs_error"] < 1e-4
+
+
+def test_a_pir_program_for_lite_is_refused_with_the_reexport(exported_pir, digits_project, tmp_path):
+    root = _project(tmp_path / "p", digits_project, exported_pir)
     res = run_cli("build", str(root), "--target", "rpi4", "--out", str(tmp_path / "o"))
-    assert res.returncode == 2
+    assert res.returncode == 2, res.stderr
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and "inference.json is a PIR program" in errors[0]
-    assert "FLAGS_enable_pir_api=0" in errors[0] and "Traceback" not in res.stderr
+    assert len(errors) == 1 and "inference.json is a PIR program" in errors[0], res.stderr
+    assert "FLAGS_enable_pir_api=0" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_factory_and_inference_together_is_a_config_error(exported, digits_project, tmp_path):

@@ -129,3 +129,49 @@ class TwoOutput(nn.Layer):
         logits = self.cls(paddle.reshape(self.pool(f), [-1, 64]))
         mask = F.sigmoid(F.interpolate(self.seg(f), scale_factor=2, mode="bilinear", align_corners=False))
         return logits, mask
+
+
+class DigitsNet(nn.Layer):
+    """The digits example's CNN (examples/digits/model.py): the zoo exports it as a legacy and
+    as a PIR inference model, the way the Paddle toolkits hand models over."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.features = nn.Sequential(conv_bn(1, 16), nn.MaxPool2D(2), conv_bn(16, 32), nn.MaxPool2D(2),
+                                      conv_bn(32, 64), nn.MaxPool2D(2))
+        self.classifier = nn.Sequential(nn.Linear(64 * 4 * 4, 64), nn.ReLU(), nn.Linear(64, num_classes))
+
+    def forward(self, x):
+        return self.classifier(paddle.flatten(self.features(x), 1))
+
+
+class CRNN(nn.Layer):
+    """An OCR recogniser as PP-OCR's CRNN: conv-BN-ReLU stages that pool the height of a
+    16x64 line of four digits to 1, a 2-layer bidirectional LSTM over the 32 columns, a
+    linear CTC head (10 digits + the blank, class 10)."""
+
+    def __init__(self, num_classes=11, hidden=48):
+        super().__init__()
+        self.cnn = nn.Sequential(conv_bn(1, 32), nn.MaxPool2D(2), conv_bn(32, 64), nn.MaxPool2D((2, 1)),
+                                 conv_bn(64, 64), nn.MaxPool2D((4, 1)))
+        self.rnn = nn.LSTM(64, hidden, num_layers=2, direction="bidirect")
+        self.head = nn.Linear(2 * hidden, num_classes)
+
+    def forward(self, x):
+        f = paddle.reshape(self.cnn(x), [-1, 64, 32])          # [N, C, 1, W] -> [N, C, W]
+        y, _ = self.rnn(paddle.transpose(f, [0, 2, 1]))         # [N, W, 2 * hidden]
+        return self.head(y)                                     # [N, W, classes]: CTC logits
+
+
+class GRUClassifier(nn.Layer):
+    """A digit read row by row: 16 rows of 16 pixels through a 2-layer GRU, the last state's
+    logits."""
+
+    def __init__(self, num_classes=10, hidden=64):
+        super().__init__()
+        self.rnn = nn.GRU(16, hidden, num_layers=2)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y[:, -1])

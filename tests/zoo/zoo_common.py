@@ -23,7 +23,9 @@ ARCHS = [
 ]
 # the suite's own small models (tests/zoo/custom_models.py, custom_projects.py): attention,
 # gates, upsampling, two inputs, two outputs
-CUSTOM_MODELS = ["vit_tiny", "se_cnn", "unet_seg", "two_input", "two_output"]
+CUSTOM_MODELS = ["vit_tiny", "se_cnn", "unet_seg", "two_input", "two_output",
+                 # issue 25: recurrent nets (PIR for ONNX, legacy for Lite), exported inference models
+                 "crnn", "gru_cls", "digits_legacy", "digits_pir"]
 MODELS = ARCHS + CUSTOM_MODELS
 # key -> (table heading, api.build arguments)
 COLUMNS = {
@@ -52,6 +54,7 @@ class Cell:
     seconds: float | None = None
     cosine: float | None = None      # INT8 cells: the figure the criterion is applied to
     expected_miss: bool = False      # a listed INT8 cosine miss of a sensitive test model (xfail)
+    route: str | None = None         # the program route the build took (manifest export.route)
 
 
 @dataclass
@@ -93,19 +96,28 @@ def noise_cosine(root: Path, arch: str, rel: float = NOISE_REL) -> float:
     from edgeforge.project import load_project
 
     project = load_project(root)
-    layer = import_factory(root, project.spec.model.factory)()
-    layer.set_state_dict(paddle.load(str(root / "weights.pdparams")))
-    layer.eval()
     rng = np.random.default_rng(0)
     with np.load(root / "data" / "eval.npz") as z:
         clean = [z[s.name] for s in project.inputs]
     noisy = [(x + rng.normal(0.0, rel * float(x.std()), x.shape)).astype("float32") for x in clean]
+    if project.inference is not None:          # an exported program: Paddle Inference on it
+        from edgeforge.paddle_env import paddle_inference
 
-    def outputs(arrays):
-        with paddle.no_grad():
-            out = layer(*[paddle.to_tensor(a) for a in arrays])
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        return [o.numpy().astype("float64").reshape(len(arrays[0]), -1) for o in outs]
+        names = [s.name for s in project.inputs]
+
+        def outputs(arrays):
+            outs = paddle_inference(project.inference.parent, dict(zip(names, arrays)))
+            return [o.astype("float64").reshape(len(arrays[0]), -1) for o in outs]
+    else:
+        layer = import_factory(root, project.spec.model.factory)()
+        layer.set_state_dict(paddle.load(str(root / "weights.pdparams")))
+        layer.eval()
+
+        def outputs(arrays):
+            with paddle.no_grad():
+                out = layer(*[paddle.to_tensor(a) for a in arrays])
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            return [o.numpy().astype("float64").reshape(len(arrays[0]), -1) for o in outs]
 
     cosines = [float(np.mean((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
                for a, b in zip(outputs(clean), outputs(noisy))]
@@ -144,6 +156,8 @@ def render_table(results: dict[tuple[str, str], Cell], wall_s: float | None, *, 
         if cell is None:
             return "— (not run)"
         text = ("✓ " if cell.ok and not cell.limit else "✗ ") + cell.figure
+        if cell.route:
+            text += f" · {cell.route}"
         if cell.note:
             if cell.note not in notes:
                 notes.append(cell.note)
@@ -157,7 +171,9 @@ def render_table(results: dict[tuple[str, str], Cell], wall_s: float | None, *, 
         n = noise.get(arch)
         f = facts.get(arch) or {}
         kind = " pixel acc." if f.get("accuracy_kind") == "pixel" else ""
-        model = (f"{f['size']}x{f['size']}, {f['float_accuracy']:.0%}{kind} ({f['steps']} steps)" if f else "—")
+        kind = " line acc." if f.get("accuracy_kind") == "line" else kind
+        shape = f.get("input") or f"{f.get('size')}x{f.get('size')}"
+        model = (f"{shape}, {f['float_accuracy']:.0%}{kind} ({f['steps']} steps)" if f else "—")
         lines.append(f"| {arch} | {model} | " + " | ".join(mark(results.get((arch, c))) for c in COLUMNS)
                      + f" | {'cos %.4f' % n if n is not None else '—'} |")
     totals = []
@@ -186,6 +202,11 @@ def render_table(results: dict[tuple[str, str], Cell], wall_s: float | None, *, 
         f"Toolchain: {toolchain or _toolchain()}.",
         "",
         *lines,
+        "",
+        "After each figure, the program route the build took (docs/export.md): `pir` (Paddle 3's PIR "
+        "program through paddle2onnx 2.1, the ONNX columns' first choice) or `legacy` (the ProgramDesc: "
+        "Paddle Lite's only input, and the ONNX fallback). Recurrent models' INT8 cells keep the RNN in "
+        "float; their size criterion is half the rest plus the recurrent weights.",
         "",
         f"Float columns: relative max-abs error against Paddle Inference (criterion ≤ {FLOAT_REL_TOL:g}). "
         f"INT8 columns: cosine against Paddle Inference float, worst output (criterion ≥ {MIN_COSINE}); "

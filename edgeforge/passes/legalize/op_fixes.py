@@ -141,6 +141,8 @@ def scalar_fill_promotable(op) -> bool:
     if not users:
         return False
     for user in users:
+        if user.type == "fill_constant" and out in user.desc.input("ShapeTensorList"):
+            continue      # one size of a shape list (nn.LSTM's initial state): one value either way
         if user.type not in _BROADCAST_OPS:
             return False  # fetch, reshape, concat ... would see the rank change
         others = [n for n in user.desc.input_arg_names() if n != out]

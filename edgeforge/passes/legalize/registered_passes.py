@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from ...errors import PassError
-from ...paddle_env import static_mode
+from ...paddle_env import is_pir, static_mode
 from ..base import PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 from .preflight import preflight
 from .program_io import legalize_model
@@ -30,6 +30,12 @@ class LegalizePass(Pass):
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: LegalizeConfig = self.config
+        if is_pir(inp.path):
+            # the rewrites and the pre-flight read a legacy ProgramDesc; a PIR program goes on as
+            # it is (paddle2onnx >= 2 reads it; a failure there falls back to the legacy route)
+            for f in inp.path.iterdir():
+                shutil.copy2(f, out_dir / f.name)
+            return dict(inp.meta, rewrites=[], legalize="skipped: a PIR program (rewrites read legacy programs)")
         with static_mode():
             applied = legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
             if applied:

@@ -155,7 +155,8 @@ REWRITES: tuple[Rewrite, ...] = (
         name="fill-constant-0d",
         description="fill_constant with shape [] (a 0-D constant, e.g. the 0 in `x > 0`) -> "
                     "shape [1], only when every consumer is a broadcasting elementwise, compare "
-                    "or where op whose other operand has rank >= 1 (same output shape)",
+                    "or where op whose other operand has rank >= 1 (same output shape), or a size in "
+                    "a fill_constant ShapeTensorList (nn.LSTM/nn.GRU initial states)",
         backends=_LITE,
         valid_targets=None,
         match=scalar_fill_promotable,
