@@ -75,7 +75,7 @@ demo: sshd venv lite train
 	  exit $$status
 
 test: venv lite
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=40
 
 test-slow: venv
 	@command -v chromium >/dev/null 2>&1 || { $(call apt_or_stop,chromium,the HTML report test); }

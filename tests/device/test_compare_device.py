@@ -5,8 +5,10 @@ see conftest.slow_build) is detected as slower.
 The benches run one runtime thread: this box is shared (other test sessions load its 2 cores),
 and a 2-thread onnxruntime pool waiting on a preempted sibling adds run-to-run shifts of 10-20%.
 With one thread, back-to-back runs of one artifact measured here differ by 0-2.3% under a load
-of ~4.7; the same-artifact check therefore uses a 5% practical threshold (``--min-change 5``;
-the default 1% flagged 2 of 6 such pairs as "2% slower" under that load). The slower artifact
+of ~4.7, but a fresh-clone CI run (the whole suite on 2 cores) saw its closest pair of four
+benches differ by 5.1% (p50 0.0966 vs 0.1018 ms, p=3e-05): the same-artifact check therefore
+uses a 10% practical threshold (``--min-change 10``; the default 1% flagged 2 of 6 such pairs
+as "2% slower" under load, 5% failed that CI run). The slower artifact
 is ~2.6x slower and is checked at the default threshold.
 
 The same artifact does not always time the same in two benches: on this VM a new onnxruntime
@@ -58,7 +60,7 @@ def test_compare_same_artifact_is_not_significant_and_a_slower_one_is_detected(c
     pairs, p50 = [], {}
     for k, a in enumerate(runs):
         for b in runs[k + 1:]:
-            line, res = _verdict(cli, a, b, "--min-change", "5")
+            line, res = _verdict(cli, a, b, "--min-change", "10")
             pairs.append((abs(math.log(res["ratio"])), line, res))
             p50.update({a: res["p50_a_ms"], b: res["p50_b_ms"]})
     pairs.sort(key=lambda t: t[0])
