@@ -94,3 +94,41 @@ class ProgressWatcher:
         self._stop.set()
         self._thread.join(timeout=5)
         return False
+
+
+_TIMEOUT_PAD_S = 600          # the child's own bound is max_seconds; this covers start, search and save
+
+
+def run_tune_job(ctx, pass_name: str, what: str, job, settings: dict, out_dir: Path, *,
+                 label: str, hint: str) -> dict:
+    """The parent side of a distillation fine-tune (QAT, prune): the calibration inputs go to
+    ``workdir/<pass>/calibration.npz``; ``job(root, factory, weights, inputs, npz, settings,
+    out_dir, progress)`` runs in a child with the progress shown; its record comes back, and its
+    error is raised by kind (``config``: exit 2, else the pass failed)."""
+    import shutil
+
+    import numpy as np
+
+    from ..errors import ConfigError, PassError
+    from ..native import run_native
+
+    project = ctx.project
+    work = ctx.workdir / pass_name.split(".")[-1]
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    data = project.load_data("calibration")
+    np.savez(work / "calibration.npz", **{s.name: data[s.name] for s in project.inputs})
+    progress = work / "progress.jsonl"
+    weights = str(project.weights) if project.weights is not None else None
+    args = (str(project.root), project.spec.model.factory, weights, [s.model_dump() for s in project.inputs],
+            str(work / "calibration.npz"), settings, str(out_dir), str(progress))
+    log = work / f"{work.name}.log"
+    with ProgressWatcher(progress, int(settings["steps"]), ctx.log, label):
+        result = run_native(pass_name, what, job, args, log, timeout=float(settings["max_seconds"]) + _TIMEOUT_PAD_S,
+                            hint=f"see {log}; {hint}")
+    if "error" in result:
+        cls, message, hint = result["error"]
+        raise (ConfigError(message, hint=hint) if cls == "config" else PassError(pass_name, message, hint=hint))
+    return result["ok"]

@@ -13,20 +13,17 @@ of both float programs, the metric before and after, the loss curve) goes in the
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 from pydantic import Field
 
-from ..errors import ConfigError, GateFailed, PassError
-from ..native import run_native
+from ..errors import ConfigError, GateFailed
 from .base import PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
-from .distill import ProgressWatcher
+from .distill import run_tune_job
 from .quantize import QuantConfig, evaluation_set, make_budget
 
-_TIMEOUT_PAD_S = 600          # the child's own bound is max_seconds; this covers the search and save
 _HOST_ROUNDS = 15             # interleaved rounds of the host latency comparison
 _HOST_RUNS = 5                # timed runs per program per round
 
@@ -87,28 +84,10 @@ class PrunePass(Pass):
         from .prune_tune import prune_job
 
         cfg: PruneConfig = self.config
-        project = ctx.project
-        work = ctx.workdir / "prune"
-        if work.exists():
-            shutil.rmtree(work)
-        work.mkdir(parents=True)
-        data = project.load_data("calibration")
-        names = [s.name for s in project.inputs]
-        np.savez(work / "calibration.npz", **{k: data[k] for k in names})
-        progress = work / "progress.jsonl"
         settings = {"flops": cfg.flops, "steps": cfg.steps, "max_seconds": cfg.max_seconds, "lr": cfg.lr,
                     "batch_size": cfg.batch_size}
-        weights = str(project.weights) if project.weights is not None else None
-        args = (str(project.root), project.spec.model.factory, weights, [s.model_dump() for s in project.inputs],
-                str(work / "calibration.npz"), settings, str(out_dir), str(progress))
-        with ProgressWatcher(progress, cfg.steps, ctx.log, "fine-tune"):
-            result = run_native(self.name, "pruning and fine-tune", prune_job, args, work / "prune.log",
-                                timeout=cfg.max_seconds + _TIMEOUT_PAD_S,
-                                hint=f"see {work / 'prune.log'}; drop --prune to build the model as it is")
-        if "error" in result:
-            cls, message, hint = result["error"]
-            raise (ConfigError(message, hint=hint) if cls == "config" else PassError(self.name, message, hint=hint))
-        return result["ok"]
+        return run_tune_job(ctx, self.name, "pruning and fine-tune", prune_job, settings, out_dir,
+                            label="fine-tune", hint="drop --prune to build the model as it is")
 
 
 def _size(model_dir: Path) -> int:

@@ -16,16 +16,14 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 from pydantic import Field
 
 from ..errors import ConfigError, PassError
 from ..native import run_native
-from .distill import ProgressWatcher
+from .distill import run_tune_job
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 from .quantize import ONNX_QUANTIZABLE, QuantConfig, evaluation_set, make_budget, runner_outputs
 
-_TIMEOUT_PAD_S = 600          # the child's own bound is max_seconds; this covers start and save
 
 
 class QatConfig(PassConfig):
@@ -137,28 +135,10 @@ class QatPass(Pass):
         from .qat_tune import qat_job
 
         cfg: QatConfig = self.config
-        project = ctx.project
-        work = ctx.workdir / "qat"
-        if work.exists():
-            shutil.rmtree(work)
-        (work / "program").mkdir(parents=True)
-        data = ctx.project.load_data("calibration")
-        names = [s.name for s in project.inputs]
-        np.savez(work / "calibration.npz", **{k: data[k] for k in names})
-        progress = work / "progress.jsonl"
         settings = {"steps": cfg.steps, "max_seconds": cfg.max_seconds, "lr": cfg.lr, "batch_size": cfg.batch_size,
                     "weight_bits": weight_bits}
-        weights = str(project.weights) if project.weights is not None else None
-        args = (str(project.root), project.spec.model.factory, weights, [s.model_dump() for s in project.inputs],
-                str(work / "calibration.npz"), settings, str(work / "program"), str(progress))
-        with ProgressWatcher(progress, cfg.steps, ctx.log, "QAT"):
-            result = run_native(self.name, "QAT fine-tune", qat_job, args, work / "qat.log",
-                                timeout=cfg.max_seconds + _TIMEOUT_PAD_S,
-                                hint=f"see {work / 'qat.log'}; --no-qat ships the PTQ result")
-        if "error" in result:
-            cls, message, hint = result["error"]
-            raise (ConfigError(message, hint=hint) if cls == "config" else PassError(self.name, message, hint=hint))
-        return result["ok"]
+        return run_tune_job(ctx, self.name, "QAT fine-tune", qat_job, settings, ctx.workdir / "qat" / "program",
+                            label="QAT", hint="--no-qat ships the PTQ result")
 
     def _convert(self, ctx: PassContext) -> Path:
         from .onnx import paddle2onnx_convert, check_converted

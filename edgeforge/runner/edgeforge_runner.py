@@ -1057,33 +1057,44 @@ EXIT_INTERRUPTED = 130
 
 
 class Interrupted(BaseException):
-    """SIGTERM or SIGINT while benching: stop and report what was measured."""
+    """SIGTERM, SIGINT or SIGHUP (the SSH session gone) while measuring: stop and report."""
 
 
 def _raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
-def bench(build_dir, spec):
-    """:func:`bench_events`, stopped cleanly by SIGTERM/SIGINT (an ``error`` event of kind
-    ``interrupted`` after whatever was measured, exit 130). The handlers are restored after."""
+def _interruptible(events, build_dir, spec, message):
+    """``events(build_dir, spec)`` with SIGTERM, SIGINT and SIGHUP turned into an ``error`` event
+    of kind ``interrupted`` (``message`` % the signal's name) and exit 130; handlers restored after.
+    A SIGHUP that was ignored when the runner started (``nohup``) stays ignored."""
     import signal
 
-    refused = refuse_spec("bench", spec, build_dir)
-    if refused is not None:
-        return refused
-    sigs = (signal.SIGTERM, signal.SIGINT)
-    before = [signal.signal(sig, _raise_interrupted) for sig in sigs]
+    sigs = [getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, n)]
+    before = {}
+    for sig in sigs:
+        if sig == getattr(signal, "SIGHUP", None) and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        before[sig] = signal.signal(sig, _raise_interrupted)
     try:
-        return bench_events(build_dir, spec)
+        return events(build_dir, spec)
     except Interrupted as exc:
         sig = exc.args[0] if exc.args else None
         name = signal.Signals(sig).name if sig in set(signal.Signals) else "a signal"
-        emit("error", kind="interrupted", message="stopped by %s" % name)
+        emit("error", kind="interrupted", message=message % name)
         return EXIT_INTERRUPTED
     finally:
-        for sig, handler in zip(sigs, before):
+        for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def bench(build_dir, spec):
+    """:func:`bench_events`, stopped cleanly by SIGTERM/SIGINT (an ``error`` event of kind
+    ``interrupted`` after whatever was measured, exit 130). The handlers are restored after."""
+    refused = refuse_spec("bench", spec, build_dir)
+    if refused is not None:
+        return refused
+    return _interruptible(bench_events, build_dir, spec, "stopped by %s")
 
 
 # ---------------------------------------------------------------- benchmark_bin
@@ -1979,20 +1990,10 @@ def load(build_dir, spec):
     limits is refused first (``refuse_spec``). SIGTERM/SIGINT (the host stopping it) end the
     level in progress and its workers; the levels measured before are already out, then an
     ``error`` event of kind ``interrupted``, exit 130."""
-    import signal
     refused = refuse_spec("load", spec, build_dir)
     if refused is not None:
         return refused
-    sigs = (signal.SIGTERM, signal.SIGINT)
-    before = [signal.signal(sig, _raise_interrupted) for sig in sigs]
-    try:
-        return load_events(build_dir, spec)
-    except Interrupted:
-        emit("error", kind="interrupted", message="stopped by the host: the levels measured before are kept")
-        return EXIT_INTERRUPTED
-    finally:
-        for sig, handler in zip(sigs, before):
-            signal.signal(sig, handler)
+    return _interruptible(load_events, build_dir, spec, "stopped by %s: the levels measured before are kept")
 
 
 def load_events(build_dir, spec):
@@ -2034,12 +2035,13 @@ def load_events(build_dir, spec):
     return EXIT_OK
 
 
-def spec_command(name, argv, fn):
-    """``NAME DIR --spec JSON``: parse, run ``fn(DIR, spec)``; a failure is one error event."""
+def spec_command(name, argv, fn, default=None, help=None):
+    """``NAME DIR --spec JSON``: parse, run ``fn(DIR, spec)``; a failure is one error event.
+    ``default``: the spec when --spec is not given (else it is required)."""
     import argparse
     ap = argparse.ArgumentParser(prog="edgeforge_runner.py " + name)
     ap.add_argument("dir")
-    ap.add_argument("--spec", required=True, help=name + " spec as JSON")
+    ap.add_argument("--spec", required=default is None, default=default, help=help or name + " spec as JSON")
     args = ap.parse_args(argv)
     try:
         spec = json.loads(args.spec)
@@ -2139,17 +2141,8 @@ def smoke(release_dir, spec):
 
 
 def smoke_main(argv):
-    import argparse
-    ap = argparse.ArgumentParser(prog="edgeforge_runner.py smoke")
-    ap.add_argument("dir")
-    ap.add_argument("--spec", default="{}", help="smoke spec as JSON (files, budget, deadline_s, lease)")
-    args = ap.parse_args(argv)
-    try:
-        spec = json.loads(args.spec)
-    except ValueError as exc:
-        emit("error", kind="usage", message="--spec is not JSON: %s" % exc)
-        return EXIT_USAGE
-    return run_classified(smoke, args.dir, spec)
+    return spec_command("smoke", argv, smoke, default="{}",
+                        help="smoke spec as JSON (files, budget, deadline_s, lease)")
 
 
 # ---------------------------------------------------------------- command line

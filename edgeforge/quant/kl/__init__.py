@@ -49,8 +49,8 @@ the Paddle 3.3 one they mirror):
   Activations are read as zero-copy DLPack views throughout.
 
 Layout: :mod:`.threshold` (the search), :mod:`.histogram` (the exact histogram kernels),
-:mod:`.ptq_methods` (the replacement PTQ methods), :mod:`.ptq_source` (Paddle's source they
-mirror, the guard) and :mod:`.ptq_patch` (install/uninstall, and :func:`status`: whether the
+:mod:`.ptq_methods` (the replacement PTQ methods), :mod:`.ptq_source` (the guard: digests of
+Paddle's source they mirror) and :mod:`.ptq_patch` (install/uninstall, and :func:`status`: whether the
 fast paths took).
 """
 from __future__ import annotations

@@ -126,6 +126,20 @@ def make_fast_methods(ptq_module) -> dict[str, Callable]:
     tqdm = ptq_module.tqdm
     IrGraph, core = ptq_module.IrGraph, ptq_module.core
 
+    def _run_batch(self, data) -> None:
+        self._executor.run(program=self._program, feed=data, fetch_list=self._fetch_list,
+                           return_numpy=False, scope=self._scope)
+
+    def _batches(self, stage: str):
+        """(batch_id, feed) for the loader's batches, at most ``_batch_nums``, under Paddle's bar."""
+        with tqdm(total=self._batch_nums, ncols=80,
+                  bar_format=stage + ' stage, Run batch:|{bar}| {n_fmt}/{total_fmt}') as t:
+            for batch_id, data in enumerate(self._data_loader()):
+                yield batch_id, data
+                t.update()
+                if self._batch_nums and batch_id + 1 >= self._batch_nums:
+                    break
+
     def _histograms_from(self, read):
         """``_sample_histogram``'s work on the activations ``read(var_name)`` returns."""
         todo = []
@@ -173,55 +187,23 @@ def make_fast_methods(ptq_module) -> dict[str, Callable]:
         kept: dict = {}
         if self._algo in ["KL", "hist"]:
             budget = _keep_budget()
-            batch_id = 0
-            with tqdm(
-                total=self._batch_nums,
-                bar_format='Preparation stage, Run batch:|{bar}| {n_fmt}/{total_fmt}',
-                ncols=80,
-            ) as t:
-                for data in self._data_loader():
-                    self._executor.run(
-                        program=self._program,
-                        feed=data,
-                        fetch_list=self._fetch_list,
-                        return_numpy=False,
-                        scope=self._scope,
-                    )
-                    self._collect_activation_abs_min_max()
-                    entry = keep_activations(self, data, budget, utils)
-                    if entry is not None:
-                        kept[batch_id] = entry
-                        budget -= entry[2]
-                    batch_id += 1
-                    t.update()
-                    if self._batch_nums and batch_id >= self._batch_nums:
-                        break
+            for batch_id, data in _batches(self, "Preparation"):
+                _run_batch(self, data)
+                self._collect_activation_abs_min_max()
+                entry = keep_activations(self, data, budget, utils)
+                if entry is not None:
+                    kept[batch_id] = entry
+                    budget -= entry[2]
             self._init_sampling_act_histogram()
 
-        batch_id = 0
-        with tqdm(
-            total=self._batch_nums,
-            bar_format='Sampling stage, Run batch:|{bar}| {n_fmt}/{total_fmt}',
-            ncols=80,
-        ) as t:
-            for data in self._data_loader():
-                entry = kept.pop(batch_id, None)
-                if entry is not None and _same_feed(entry[0], data):
-                    _histograms_from(self, entry[1].__getitem__)
-                else:
-                    self._executor.run(
-                        program=self._program,
-                        feed=data,
-                        fetch_list=self._fetch_list,
-                        return_numpy=False,
-                        scope=self._scope,
-                    )
-                    self._sampling()
-                del entry
-                batch_id += 1
-                t.update()
-                if self._batch_nums and batch_id >= self._batch_nums:
-                    break
+        for batch_id, data in _batches(self, "Sampling"):
+            entry = kept.pop(batch_id, None)
+            if entry is not None and _same_feed(entry[0], data):
+                _histograms_from(self, entry[1].__getitem__)
+            else:
+                _run_batch(self, data)
+                self._sampling()
+            del entry
         kept.clear()
 
         if self._algo == 'avg':

@@ -2,7 +2,7 @@
 
 The threshold search is always patched in (it needs no guard: it is called with a histogram
 and returns a float). The sampling methods of ``PostTrainingQuantization`` are replaced only
-while Paddle's source is the one they mirror (:mod:`.ptq_source`); otherwise Paddle's own stay
+while Paddle's source hashes to the one they mirror (:mod:`.ptq_source`); otherwise Paddle's own stay
 and KL calibration runs at Paddle's speed (tens of times slower on real models).
 :func:`status` says which happened, so a build can record it instead of slowing down silently.
 """
@@ -10,27 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import sys
 from typing import Callable
 
 from .histogram import plan_cache
 from .ptq_methods import make_fast_methods, set_keep_limit
-from .ptq_source import ORIGINAL_SOURCES
+from .ptq_source import ORIGINAL_DIGESTS, source_digest
 from .threshold import PATCH_SITES, originals, cal_kl_threshold_fast
 
 _PTQ_MODULE = "paddle.static.quantization.post_training_quantization"
 _original_methods: dict[str, Callable] = {}  # PostTrainingQuantization method -> original
 _install_depth = 0
 _status: dict = {"enabled": False, "reason": "not installed"}
-
-
-def _source_matches(fn, expected: str) -> bool:
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return False
-    return inspect.cleandoc("\n" + src).strip() == expected.strip()
 
 
 def _patch_threshold() -> int:
@@ -56,7 +47,7 @@ def _patch_sampling() -> list[str]:
     cls = ptq.PostTrainingQuantization
     fast_methods = make_fast_methods(ptq)
     current = {name: cls.__dict__.get(name) for name in fast_methods}
-    matches = {name: fn is not None and _source_matches(fn, ORIGINAL_SOURCES[name])
+    matches = {name: fn is not None and source_digest(fn) == ORIGINAL_DIGESTS[name]
                for name, fn in current.items()}
     if not (matches["_sample_histogram"] and matches["_collect_activation_abs_min_max"]):
         matches["quantize"] = False     # its kept batches go through our histogram path
