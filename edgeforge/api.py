@@ -116,7 +116,7 @@ def plan_passes(project: Project, build: ResolvedBuild, route: str | None = None
         passes.append(LiteConvertPass(LiteConvertPass.Config(valid_targets=vt,
                                                              fp16=precision == "fp16")))
     else:
-        passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset)))
+        passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset, nms=bcfg.nms)))
         if precision == "int8":
             passes.append(OnnxQuantizePass(qcfg))
             if qat_on:

@@ -134,6 +134,7 @@ class BuildMeta(BaseModel):
     converter_fixes: list[dict[str, Any]] = []    # paddle2onnx input fixes (passes/legalize/pir_json.py)
     qat: Optional[dict[str, Any]] = None          # quantize.qat: entered, shipped, why, loss curve
     prune: Optional[dict[str, Any]] = None        # prune: FLOPs, size, host latency, metric before/after
+    nms: Optional[dict[str, Any]] = None          # NMS out of the graph: {where: postprocess, postprocess}
 
     def manifest_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name, f in type(self).model_fields.items()

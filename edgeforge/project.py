@@ -133,6 +133,12 @@ class PostprocessSection(Strict):
     score_threshold: float = Field(0.05, ge=0, le=1)
     iou_threshold: float = Field(0.5, gt=0, le=1)
     keep_top_k: int = Field(100, ge=1, le=1000)
+    # nms, as Paddle's multiclass_nms3 takes them (unset: every box above the threshold,
+    # pixel-free IoU, no background class, a fixed threshold)
+    nms_top_k: Optional[int] = Field(None, ge=-1, le=10000)
+    normalized: Optional[bool] = None
+    background_label: Optional[int] = Field(None, ge=-1, le=10000)
+    nms_eta: Optional[float] = Field(None, gt=0, le=1)
 
 
 class ProjectSpec(Strict):

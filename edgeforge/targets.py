@@ -80,6 +80,9 @@ class OnnxBackend(Strict):
     opset: int = Field(13, ge=7, le=30)
     precision: Optional[Precision] = None
     host_runnable: bool = True
+    # multiclass_nms3 in the model: in the ONNX graph ("graph", at any batch), or out of it and
+    # run by the runner as post-processing ("postprocess": a runtime without NMS, TensorRT's INT8)
+    nms: Literal["graph", "postprocess"] = "graph"
     scheme: QuantScheme = QuantScheme()
     # schemes for a target that is the build host itself (linux-x86): the first whose CPU flag the
     # host's /proc/cpuinfo lists replaces ``scheme``

@@ -43,8 +43,12 @@ def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_dr
     return root
 
 
-def detector_project(root: Path, nms: bool = False) -> Path:
-    """``nms``: matrix_nms in the graph (rows [M, 6] + counts [N]), else raw outputs."""
+FACTORIES = {False: "build", True: "build_with_nms", "matrix": "build_with_nms", "multiclass": "build_with_nms3"}
+
+
+def detector_project(root: Path, nms: bool | str = False) -> Path:
+    """``nms``: True or "matrix": matrix_nms in the graph (rows [M, 6] + counts [N]);
+    "multiclass": PaddleDetection's multiclass_nms3 in the graph; False: raw outputs."""
     import paddle
 
     sys.path.insert(0, str(MODELS))
@@ -74,7 +78,7 @@ def detector_project(root: Path, nms: bool = False) -> Path:
         [task]
         kind = "detection"
         max_metric_drop = 10
-        """).replace("{factory}", "build_with_nms" if nms else "build"))
+        """).replace("{factory}", FACTORIES[nms]))
     return root
 
 

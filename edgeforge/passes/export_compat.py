@@ -169,6 +169,31 @@ def _expand_as(x, y):
     return _append("expand_as_v2", {"X": x, "Y": y}, {"target_shape": list(y.shape)}, x.dtype)
 
 
+def _multiclass_nms3(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k, nms_threshold=0.3,
+                     normalized=True, nms_eta=1.0, background_label=-1):
+    """PaddleDetection's NMS (``ppdet.modeling.ops.multiclass_nms`` calls the binding): the
+    legacy ``multiclass_nms3`` op, which Paddle Inference and Paddle Lite run. Returns the
+    binding's (out [M, 6], index [M, 1], nms_rois_num [N])."""
+    import paddle
+    from paddle.base.layer_helper import LayerHelper
+
+    helper = LayerHelper("multiclass_nms3")
+    out = helper.create_variable_for_type_inference(dtype=bboxes.dtype)
+    index = helper.create_variable_for_type_inference(dtype=paddle.int32)
+    num = helper.create_variable_for_type_inference(dtype=paddle.int32)
+    inputs = {"BBoxes": bboxes, "Scores": scores}
+    if rois_num is not None:
+        inputs["RoisNum"] = rois_num
+    helper.append_op(type="multiclass_nms3", inputs=inputs, outputs={"Out": out, "Index": index, "NmsRoisNum": num},
+                     attrs={"score_threshold": float(score_threshold), "nms_top_k": int(nms_top_k),
+                            "keep_top_k": int(keep_top_k), "nms_threshold": float(nms_threshold),
+                            "normalized": bool(normalized), "nms_eta": float(nms_eta),
+                            "background_label": int(background_label)})
+    for v in (out, index, num):
+        v.stop_gradient = True
+    return out, index, num
+
+
 def _unary(op_type: str, out_bool: bool = False):
     def build(x, **attrs):
         import paddle
@@ -216,6 +241,12 @@ _APIS: dict[str, tuple[str, tuple, Callable, tuple]] = {
     "diagonal": ("diagonal", (("x", _R), ("offset", 0), ("axis1", 0), ("axis2", 1), ("name", None)), _diagonal,
                  ("offset", "axis1", "axis2")),
     "expand_as": ("expand_as_v2", _XY, _expand_as, ("target_shape",)),
+    "multiclass_nms3": ("multiclass_nms3", (("bboxes", _R), ("scores", _R), ("rois_num", None),
+                                            ("score_threshold", _R), ("nms_top_k", _R), ("keep_top_k", _R),
+                                            ("nms_threshold", 0.3), ("normalized", True), ("nms_eta", 1.0),
+                                            ("background_label", -1)), _multiclass_nms3,
+                        ("score_threshold", "nms_top_k", "keep_top_k", "nms_threshold", "normalized", "nms_eta",
+                         "background_label")),
 }
 _USED: dict[str, int] = {}          # API -> legacy ops appended through the patch (this export)
 

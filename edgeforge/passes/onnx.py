@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from ..errors import PassError
 from ..native import last_lines, run_native
 from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
 
 
-def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> list[dict]:
+def paddle2onnx_convert(model_dir: str, out_file: str, opset: int, nms: str = "graph") -> list[dict]:
     """paddle2onnx >= 2 on the PIR program: ``model.json``, or ``model.pdmodel`` translated to
     PIR here as paddle2onnx itself would (``paddle.pir.translate_to_pir``), so that both routes
     get the fixes of :mod:`.legalize.pir_json`, then those of :mod:`.onnx_graph` on the ONNX file
@@ -38,11 +39,11 @@ def paddle2onnx_convert(model_dir: str, out_file: str, opset: int) -> list[dict]
             src, params = _legacy_to_pir(paddle, paddle2onnx, Path(model_dir), Path(tmp) / "pir" / "model")
         fixed = Path(tmp) / "model.json"
         rewrites = for_paddle2onnx(src, fixed)
-        nms = program_nms_attrs(json.loads(fixed.read_text()))
+        nms_attrs = program_nms_attrs(json.loads(fixed.read_text()))
         paddle2onnx.export(str(fixed), str(params), out_file, opset_version=opset, enable_onnx_checker=True,
                            deploy_backend="onnxruntime", optimize_tool="none")
     if Path(out_file).is_file():
-        rewrites += fix_converted(out_file, nms)
+        rewrites += fix_converted(out_file, nms_attrs, nms)
     return rewrites
 
 
@@ -71,25 +72,27 @@ def program_kind(model_dir: Path) -> str:
 
 class OnnxConfig(PassConfig):
     opset: int = 13
+    nms: Literal["graph", "postprocess"] = "graph"      # the target's [backend.onnx] nms
 
 
 @register
 class OnnxConvertPass(Pass):
     name = "convert.onnx"
-    version = 3
+    version = 4
     consumes = frozenset({PADDLE_FLOAT})
     produces = ONNX
     Config = OnnxConfig
 
     def target_facts(self, ctx: PassContext):
-        return {"backend": "onnx", "opset": self.config.opset}
+        return {"backend": "onnx", "opset": self.config.opset, "nms": self.config.nms}
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         from .legalize import suspects_for
 
         out = out_dir / "model.onnx"
         ctx.log(f"paddle2onnx opset {self.config.opset}")
-        fixes = run_native(self.name, "paddle2onnx", paddle2onnx_convert, (str(inp.path), str(out), self.config.opset),
+        fixes = run_native(self.name, "paddle2onnx", paddle2onnx_convert,
+                           (str(inp.path), str(out), self.config.opset, self.config.nms),
                    out_dir / "paddle2onnx.log", suspects=lambda: suspects_for(inp.path, "onnx", []))
         if not out.is_file():
             log = (out_dir / "paddle2onnx.log").read_text(errors="replace")
@@ -103,8 +106,13 @@ class OnnxConvertPass(Pass):
         if fixes:
             ctx.log("paddle2onnx fixes: " + ", ".join(
                 f"{f['rewrite']} ({f.get('ops', f.get('nodes'))} {'ops' if 'ops' in f else 'nodes'})" for f in fixes))
+        cut = next((f["postprocess"] for f in fixes if f["rewrite"] == "nms-to-postprocess"), None)
+        if cut is not None:
+            ctx.log(f"NMS moved out of the graph: the runner does it on the device ({ctx.target.name}'s "
+                    "[backend.onnx] nms = \"postprocess\")")
         return {"file": out.name, "precision": "fp32", "float_size_bytes": size, "converter_fixes": fixes,
                 "program": program_kind(inp.path),
+                **({"nms": {"where": "postprocess", "postprocess": cut}} if cut is not None else {}),
                 **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")}}
 
 

@@ -11,6 +11,9 @@
   its input (in subgraphs too).
 - ``multiclass-nms-batched``: paddle2onnx's ``multiclass_nms3`` tail assumes batch 1;
   :mod:`.onnx_nms` rewrites it for any batch (``nodes``: the NMS ops rewritten).
+- ``nms-to-postprocess``: for a target whose runtime does not run NMS (``[backend.onnx] nms =
+  "postprocess"``), the graph ends at the NMS inputs and the record holds the NMS op the
+  runner applies on the device (:func:`.onnx_nms.cut_multiclass_nms`).
 """
 from __future__ import annotations
 
@@ -54,22 +57,31 @@ def drop_identities(model) -> int:
     return len(renames)
 
 
-def fix_converted(path, nms_attrs: list[dict] | None = None) -> list[dict]:
+def fix_converted(path, nms_attrs: list[dict] | None = None, nms: str = "graph") -> list[dict]:
     """The fixes, in place on the ONNX file at ``path``; returns what was changed,
     ``[{"rewrite": name, "nodes": n}]``. ``nms_attrs``: the program's ``multiclass_nms3``
-    attributes (:func:`.onnx_nms.program_nms_attrs`)."""
+    attributes (:func:`.onnx_nms.program_nms_attrs`); ``nms``: the target's ``[backend.onnx]
+    nms``: "graph" (NMS in the graph, at any batch) or "postprocess" (the graph ends before
+    it: the record's ``postprocess`` is the NMS the runner applies)."""
     import onnx
 
-    from .onnx_nms import batch_multiclass_nms
+    from .onnx_nms import batch_multiclass_nms, cut_multiclass_nms
 
     model = onnx.load(str(path))
     done = []
+    cut: dict = {}
+
+    def to_postprocess(m) -> int:
+        cut["postprocess"] = cut_multiclass_nms(m, nms_attrs or [])
+        return int(cut["postprocess"] is not None)
+
     fixes = {"drop-identity": drop_identities,
-             "multiclass-nms-batched": lambda m: batch_multiclass_nms(m, nms_attrs or [])}
+             **({"nms-to-postprocess": to_postprocess} if nms == "postprocess" else
+                {"multiclass-nms-batched": lambda m: batch_multiclass_nms(m, nms_attrs or [])})}
     for name, fix in fixes.items():
         n = fix(model)
         if n:
-            done.append({"rewrite": name, "nodes": n})
+            done.append({"rewrite": name, "nodes": n, **(cut if name == "nms-to-postprocess" else {})})
     if done:
         onnx.save(model, str(path))
     return done

@@ -13,6 +13,11 @@ x2, y2), image by image, classes ascending, scores descending within a class; at
 ``keep_top_k`` rows per image (the best scores); the background class dropped; ``Index``
 ``[M, 1]`` = image * A + box (int32); ``NmsRoisNum`` ``[N]`` (int32). Sorting uses ``TopK``,
 whose ties keep the lower index first (the ONNX spec), so successive sorts are stable.
+
+:func:`cut_multiclass_nms` is for a target whose runtime does not run NMS (``[backend.onnx]
+nms = "postprocess"``: TensorRT's INT8 path): the graph ends at the NMS inputs (boxes
+``[N, A, 4]``, scores ``[N, C, A]``) and the NMS, with the op's own attributes, becomes the
+``[postprocess] op = "nms"`` the runner applies on the device (and verify on the host).
 """
 from __future__ import annotations
 
@@ -214,3 +219,56 @@ def _drop_dead_constants(graph) -> None:
     kept = [n for n in graph.node if not (n.op_type == "Constant" and n.output[0] not in used)]
     del graph.node[:]
     graph.node.extend(kept)
+
+
+def cut_multiclass_nms(model, nms_attrs: list[dict]) -> dict | None:
+    """End ``model``'s graph (in place) at its one ``NonMaxSuppression``'s inputs; returns the
+    ``[postprocess]`` op that does the NMS outside (None: no NMS in the graph)."""
+    import onnx
+
+    graph = model.graph
+    found = [n for n in graph.node if n.op_type == "NonMaxSuppression"]
+    if not found:
+        return None
+    if len(found) != 1 or len(nms_attrs) != 1:
+        raise PassError(PASS_NAME, f"{len(found)} NonMaxSuppression nodes for {len(nms_attrs)} multiclass_nms3 ops: "
+                        "edgeforge moves one NMS out of the graph",
+                        hint="keep one multiclass_nms3 in the model, or build for a target that runs NMS")
+    nms, attrs = found[0], nms_attrs[0]
+    boxes, scores = nms.input[0], nms.input[1]
+    producer = {o: n for n in graph.node for o in n.output}
+    below = {id(nms)}
+    changed = True
+    while changed:                                   # the nodes that read the NMS, transitively
+        changed = False
+        for n in graph.node:
+            if id(n) not in below and any(id(producer[i]) in below for i in n.input if i in producer):
+                below.add(id(n))
+                changed = True
+    made_below = {o for n in graph.node if id(n) in below for o in n.output}
+    info = {v.name: v for v in (*graph.value_info, *graph.output)}
+    kept_outputs = [o for o in graph.output if o.name not in made_below]
+    new_outputs = [info.get(t) or onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
+                   for t in (boxes, scores)]
+    del graph.output[:]
+    graph.output.extend(new_outputs + kept_outputs)
+    need, todo = set(), [o.name for o in graph.output]
+    while todo:                                      # the nodes the new outputs depend on
+        p = producer.get(todo.pop())
+        if p is not None and id(p) not in need:
+            need.add(id(p))
+            todo.extend(p.input)
+    kept = [n for n in graph.node if id(n) in need]
+    del graph.node[:]
+    graph.node.extend(kept)
+    used = {i for n in graph.node for i in n.input}
+    inits = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+    post = {"op": "nms", "boxes": 0, "scores": 1,
+            "score_threshold": round(float(attrs.get("score_threshold", 0.05)), 6),     # (f32 in the program)
+            "iou_threshold": round(float(attrs.get("nms_threshold", 0.5)), 6),
+            "keep_top_k": int(attrs.get("keep_top_k", 100)), "nms_top_k": int(attrs.get("nms_top_k", -1)),
+            "normalized": bool(attrs.get("normalized", True)),
+            "background_label": int(attrs.get("background_label", -1)), "nms_eta": round(float(attrs.get("nms_eta", 1.0)), 6)}
+    return post

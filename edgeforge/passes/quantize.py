@@ -349,7 +349,7 @@ class OnnxQuantizePass(Pass):
         meta["quantization"]["scheme"] = dict(self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag,
                                               host_cpu_flags=flags)
         meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
-                     **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")}})
+                     **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune", "converter_fixes", "nms")}})
         if plain_path is not None:
             meta["accuracy_budget"]["cost"] = onnx_cost(plain_path, final, meta.get("int8_vs_fp32"))
         return meta

@@ -43,7 +43,7 @@ class VerifyConfig(PassConfig):
 @register
 class VerifyPass(Pass):
     name = "verify"
-    version = 2
+    version = 3
     consumes = frozenset({LITE_NB, ONNX})
     produces = VERIFIED
     Config = VerifyConfig
@@ -83,12 +83,14 @@ class VerifyPass(Pass):
         spec = (self.config.task or {}).get("metric")
         user = user_metric(ctx.project.root, spec, ctx.workdir / "verify-metric.log") if spec else None
         post, how = self.declared_post(task), {}
+        if self.cut_nms is not None:     # the artifact ends before its NMS; the float program has it
+            post = self.cut_nms
         if post is not None:        # the answers of the runner's post-processing are compared
-            from ..task.post import answer_figures, answers_of
+            from ..task.post import answer_figures, answers_of, nms_rows
 
             try:
                 outs = None if outs is None else answers_of(outs, post)
-                reference = answers_of(reference, post)
+                reference = nms_rows(reference) if self.cut_nms is not None else answers_of(reference, post)
             except (ValueError, IndexError) as exc:
                 raise PassError(self.name, f"[postprocess] op = \"{post['op']}\": {exc}",
                                 hint="check [postprocess] (output indices) in edgeforge.toml") from None
@@ -107,13 +109,33 @@ class VerifyPass(Pass):
         # what bench needs to compute the same record from the device's outputs
         if self.config.task is not None or post is not None:
             rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root),
-                               **({"postprocess": post} if post is not None else {})}
+                               **({"postprocess": post} if post is not None else {}),
+                               **({"float_nms_in_graph": True} if self.cut_nms is not None else {})}
         if outs is None:
             rec.update(artifact=None, drop=None)
             rec["figures"].pop("artifact", None)
         drop = "" if rec["drop"] is None else f", drop {rec['drop']:.2f} points"
         ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
         return rec
+
+    def batch_check(self, run, feeds: dict, float_dir: Path, task) -> dict:
+        """``verify.batches``: the detections at batch 1 and 4 against the float model's
+        (:mod:`.verify_batches`)."""
+        from ..task.evaluate import detections
+        from ..task.post import answers_of, nms_rows
+        from .verify_batches import detection_batches, per_image
+
+        post = self.cut_nms or self.declared_post(task)
+
+        def answers(outs, is_float: bool):
+            if post is None:
+                return detections(outs)
+            return per_image(nms_rows(outs) if is_float and self.cut_nms is not None else answers_of(outs, post))
+
+        limit = (self.config.task or {}).get("max_metric_drop")
+        limit = self.config.max_accuracy_drop if limit is None else limit
+        return detection_batches(run, feeds, lambda sub: paddle_inference(float_dir, sub), answers, limit,
+                                 task.score_threshold)
 
     def fold_check(self, fold: dict, feeds: dict, reference: list, outs, ctx: PassContext) -> dict:
         """fold = true: the folded float program and the artifact against the unfolded model (the
@@ -213,13 +235,16 @@ class VerifyPass(Pass):
                **({"folded": [st for st in steps_of(pre) if st["op"] not in UNFOLDED]} if pre and pre.get("fold")
                   else {}),
                "postprocess": {**{k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
-                                  if k in task}, **resolve(self.config.postprocess, self.config.task)},
+                                  if k in task}, **(self.cut_nms or resolve(self.config.postprocess, self.config.task))},
                "labels": list(task.get("label_names") or []),
                "precision": precision}
         (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2) + "\n")
 
+    cut_nms: dict | None = None     # the NMS convert moved out of the graph ([backend.onnx] nms)
+
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: VerifyConfig = self.config
+        self.cut_nms = (inp.meta.get("nms") or {}).get("postprocess")
         data = ctx.project.load_data("evaluation")
         names = [s.name for s in ctx.project.inputs]
         feeds = {k: data[k] for k in names}
@@ -276,10 +301,10 @@ class VerifyPass(Pass):
             worst_rel = max((o["rel_max_abs_error"] or 0.0) for o in per_output) if per_output else 0.0
             worst_cos = min((o["cosine"] for o in per_output if o["cosine"] is not None), default=1.0)
             t = result["task"]
-            if precision == "fp32":
+            if precision == "fp32" and self.cut_nms is None:
                 ok = worst_rel <= cfg.float_rel_tolerance
                 reason = f"float output differs from Paddle Inference by {worst_rel:.2e} (relative)"
-            elif cfg.task is not None and t.get("drop") is not None:
+            elif (cfg.task is not None or self.cut_nms is not None) and t.get("drop") is not None:
                 limit = cfg.task.get("max_metric_drop")
                 limit = cfg.max_accuracy_drop if limit is None else limit
                 ok = t["drop"] <= limit
@@ -290,6 +315,10 @@ class VerifyPass(Pass):
             else:
                 ok = worst_cos >= cfg.min_cosine
                 reason = f"cosine {worst_cos:.4f} < {cfg.min_cosine}"
+            if task.kind == "detection" and ctx.backend == "onnx":
+                result["batches"] = self.batch_check(run, feeds, float_dir, task)
+                if ok and result["batches"]["status"] == "failed":
+                    ok, reason = False, result["batches"]["reason"]
             result["status"] = "passed" if ok else "failed"
             if not ok:
                 result["reason"] = reason
@@ -304,7 +333,7 @@ class VerifyPass(Pass):
             result["contract"] = contract
         if preprocess is not None:
             result["preprocess"] = preprocess
-        if cfg.preprocess is not None or cfg.task is not None or cfg.postprocess is not None:
+        if cfg.preprocess is not None or cfg.task is not None or cfg.postprocess is not None or self.cut_nms:
             self.write_pipeline(out_dir, ctx, precision)
         meta = {k: v for k, v in inp.meta.items()}
         meta["verify"] = result

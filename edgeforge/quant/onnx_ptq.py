@@ -295,9 +295,14 @@ def op_types_to_quantize(model_path) -> list[str] | None:
     Q/DQ pairs inside paddle2onnx's decomposed LayerNorm (ReduceMean, Sub, Pow, Sqrt, Div) and
     GELU (Div, Erf, Mul, Add), around Softmax and every residual Add: measured on the zoo's
     vit_tiny (min/max calibration, onnxruntime 1.23 CPU, batch 1): cosine 0.99926 and p50
-    0.80 ms against 0.99951 and 0.30 ms with the four (float: 0.28 ms); docs/export.md. CNN
-    graphs (no Softmax) keep onnxruntime's default, as before."""
+    0.80 ms against 0.99951 and 0.30 ms with the four (float: 0.28 ms); docs/export.md.
+
+    A graph with NMS in it (``NonMaxSuppression``) gets the same four: onnxruntime calibrates
+    the inputs and outputs of every op type it quantizes, and after NMS they change shape from
+    batch to batch (its calibrator stacks them: "inhomogeneous shape"). CNN graphs keep
+    onnxruntime's default, as before."""
     import onnx
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
-    return list(ATTENTION_OP_TYPES) if any(n.op_type == "Softmax" for n in graph.node) else None
+    narrow = any(n.op_type in ("Softmax", "NonMaxSuppression") for n in graph.node)
+    return list(ATTENTION_OP_TYPES) if narrow else None

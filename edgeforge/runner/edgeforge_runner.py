@@ -459,36 +459,54 @@ def ctc_greedy(logits, blank=0, time_axis=1):
     return out
 
 
-def box_iou(box, others):
-    """IoU of one box ``[4]`` with each of ``others [K, 4]`` (x1, y1, x2, y2)."""
+def box_iou(box, others, normalized=True):
+    """IoU of one box ``[4]`` with each of ``others [K, 4]`` (x1, y1, x2, y2); ``normalized``
+    false: pixel boxes whose width is x2 - x1 + 1, as Paddle's NMS counts them."""
     b = np.asarray(others, dtype=np.float64).reshape(-1, 4)
-    ix = np.clip(np.minimum(box[2], b[:, 2]) - np.maximum(box[0], b[:, 0]), 0, None)
-    iy = np.clip(np.minimum(box[3], b[:, 3]) - np.maximum(box[1], b[:, 1]), 0, None)
+    one = 0.0 if normalized else 1.0
+    ix = np.clip(np.minimum(box[2], b[:, 2]) - np.maximum(box[0], b[:, 0]) + one, 0, None)
+    iy = np.clip(np.minimum(box[3], b[:, 3]) - np.maximum(box[1], b[:, 1]) + one, 0, None)
     inter = ix * iy
-    area = max(box[2] - box[0], 0) * max(box[3] - box[1], 0)
-    union = area + np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None) - inter
+
+    def area(x1, y1, x2, y2):
+        return np.where((x2 < x1) | (y2 < y1), 0.0, (x2 - x1 + one) * (y2 - y1 + one))
+
+    union = area(*box[:4]) + area(b[:, 0], b[:, 1], b[:, 2], b[:, 3]) - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
 
 
-def nms(boxes, scores, score_threshold=0.05, iou_threshold=0.5, keep_top_k=100):
+NMS_MAX_CANDIDATES = 10000      # per class and image, whatever nms_top_k asks
+
+
+def nms(boxes, scores, score_threshold=0.05, iou_threshold=0.5, keep_top_k=100, nms_top_k=-1, normalized=True,
+        background_label=-1, nms_eta=1.0):
     """Multi-class NMS of raw detector outputs, PicoDet style: ``boxes [N, A, 4]``, ``scores
     [N, C, A]`` -> rows ``[M, 6]`` (class, score, x1, y1, x2, y2) and counts ``[N]``, the layout
-    of Paddle's ``multiclass_nms3``."""
+    of Paddle's ``multiclass_nms3``, whose attributes the rest are: per class (but
+    ``background_label``) the ``nms_top_k`` best boxes above ``score_threshold``, each kept
+    when its IoU with every box kept before is at most the threshold (times ``nms_eta`` after
+    each kept box while above 0.5); per image the ``keep_top_k`` best."""
     boxes = np.asarray(boxes, dtype=np.float64)
     scores = np.asarray(scores, dtype=np.float64)
+    top = NMS_MAX_CANDIDATES if int(nms_top_k) < 0 else min(int(nms_top_k), NMS_MAX_CANDIDATES)
+    keep_top_k = NMS_MAX_KEEP if int(keep_top_k) < 0 else min(int(keep_top_k), NMS_MAX_KEEP)
     rows, counts = [], []
     for b, s in zip(boxes, scores):
         found = []
         for c, sc in enumerate(s):
+            if c == int(background_label):
+                continue
             idx = np.nonzero(sc >= score_threshold)[0]
-            idx = idx[np.argsort(-sc[idx], kind="stable")]
-            while len(idx):
-                i = idx[0]
-                found.append((c, sc[i], b[i][0], b[i][1], b[i][2], b[i][3]))
-                rest = idx[1:]
-                idx = rest[box_iou(b[i], b[rest]) <= iou_threshold]
+            idx = idx[np.argsort(-sc[idx], kind="stable")][:top]
+            kept, thr = [], float(iou_threshold)
+            for i in idx:
+                if not kept or box_iou(b[i], b[kept], normalized).max() <= thr:
+                    kept.append(i)
+                    found.append((c, sc[i], b[i][0], b[i][1], b[i][2], b[i][3]))
+                    if nms_eta < 1.0 and thr > 0.5:
+                        thr *= float(nms_eta)
         found.sort(key=lambda r: -r[1])
-        found = found[:int(keep_top_k)]
+        found = found[:keep_top_k]
         rows += found
         counts.append(len(found))
     return np.array(rows, dtype=np.float32).reshape(-1, 6), np.array(counts, dtype=np.int32)
@@ -525,7 +543,9 @@ def postprocess(outputs, post):
     if op == "nms":
         rows, counts = nms(outputs[int(post.get("boxes", 0))], outputs[int(post.get("scores", 1))],
                            float(post.get("score_threshold", 0.05)), float(post.get("iou_threshold", 0.5)),
-                           min(int(post.get("keep_top_k", 100)), NMS_MAX_KEEP))
+                           min(int(post.get("keep_top_k", 100)), NMS_MAX_KEEP), int(post.get("nms_top_k", -1)),
+                           bool(post.get("normalized", True)), int(post.get("background_label", -1)),
+                           float(post.get("nms_eta", 1.0)))
         return {"rows": rows, "counts": counts}
     raise ValueError("unknown post-processing op %r (one of %s)" % (op, ", ".join(POSTPROCESS_OPS)))
 

@@ -39,6 +39,7 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
     if not event or not event.get("npz"):
         return {**empty, "skipped": (event or {}).get("skipped") or "the runner sent no evaluation outputs"}
     post = st.pop("postprocess", None)
+    in_graph = st.pop("float_nms_in_graph", False)    # the float program has the NMS the device ran
     try:
         sent = _npz(base64.b64decode(event["npz"]))
         ref = manifest["reference"]
@@ -47,9 +48,10 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
         how: dict = {}
         if post is not None and event.get("answers"):
             # the device's answers against the float outputs through the same post-processing
-            from .post import answer_figures, answers_of
+            from .post import answer_figures, answers_of, nms_rows
 
-            outs, reference, how = sent, answers_of(reference, post), {"figures_of": answer_figures}
+            ref_answers = nms_rows(reference) if in_graph else answers_of(reference, post)
+            outs, reference, how = sent, ref_answers, {"figures_of": answer_figures}
         elif post is not None:
             return {**empty, "skipped": "the runner sent outputs, not the [postprocess] answers (an older runner)"}
         else:

@@ -30,7 +30,8 @@ def resolve(post: dict | None, task: dict | None) -> dict:
         out.setdefault("blank", task.get("blank", 0))
         out.setdefault("time_axis", task.get("time_axis", 1))
     keep = {"none": (), "topk": ("output", "k", "softmax"), "ctc_greedy": ("output", "blank", "time_axis"),
-            "nms": ("boxes", "scores", "score_threshold", "iou_threshold", "keep_top_k")}[out["op"]]
+            "nms": ("boxes", "scores", "score_threshold", "iou_threshold", "keep_top_k", "nms_top_k", "normalized",
+                    "background_label", "nms_eta")}[out["op"]]
     return {"op": out["op"], **{k: out[k] for k in keep if k in out}}
 
 
@@ -65,6 +66,19 @@ def answer_figures(task: Task, answers: dict, reference: dict, labels: dict | No
                                      task.score_threshold)
         return det.detection_scores(dets, det.ground_truth(lab["gt_boxes"], lab["gt_classes"], lab["gt_counts"]))
     raise ValueError(f"answers of an unknown kind ({', '.join(sorted(answers))})")
+
+
+def nms_rows(outputs: list) -> dict:
+    """The answers of a program with NMS in it (rows [M, 6] + counts [N]), as the runner's
+    ``nms`` op gives them: the float model's, when the artifact's NMS was moved out of its
+    graph (``[backend.onnx] nms = "postprocess"``)."""
+    arrs = [np.asarray(o) for o in outputs]
+    rows = next((a for a in arrs if a.ndim == 2 and a.shape[1] == 6), None)
+    counts = next((a for a in arrs if a.ndim == 1), None)
+    if rows is None or counts is None:
+        raise ValueError("the float program gives no NMS rows [M, 6] + counts [N]: "
+                         + ", ".join(str(list(a.shape)) for a in arrs))
+    return {"rows": rows, "counts": counts.astype(np.int32)}
 
 
 def answers_of(outputs: list, post: dict) -> dict:

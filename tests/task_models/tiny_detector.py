@@ -77,6 +77,34 @@ def build_with_nms():
     return WithNms()
 
 
+def multiclass_nms(bboxes, scores, score_threshold=0.05, nms_top_k=64, keep_top_k=32, nms_threshold=0.5,
+                   normalized=True, nms_eta=1.0, background_label=-1, rois_num=None):
+    """PaddleDetection's ``ppdet.modeling.ops.multiclass_nms`` as its Paddle 3 releases write
+    it: the ``multiclass_nms3`` C++ binding (rows [M, 6], index, per-image counts [N])."""
+    import paddle
+
+    out, _, num = paddle._C_ops.multiclass_nms3(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k,
+                                                nms_threshold, normalized, nms_eta, background_label)
+    return out, num
+
+
+def build_with_nms3():
+    """The detector with PaddleDetection's ``multiclass_nms3`` in the graph (its MultiClassNMS
+    head): rows [M, 6] and per-image counts [N]."""
+    import paddle.nn as nn
+
+    class WithNms3(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.det = build()
+
+        def forward(self, x):
+            boxes, scores = self.det(x)
+            return multiclass_nms(boxes, scores)
+
+    return WithNms3()
+
+
 def targets(boxes, classes, counts):
     """Per image the [CLASSES, 16] cell targets of the ground truth."""
     t = np.zeros((len(counts), CLASSES, GRID * GRID), dtype="float32")
