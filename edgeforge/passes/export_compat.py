@@ -169,11 +169,15 @@ def _expand_as(x, y):
     return _append("expand_as_v2", {"X": x, "Y": y}, {"target_shape": list(y.shape)}, x.dtype)
 
 
-def _multiclass_nms3(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_top_k, nms_threshold=0.3,
-                     normalized=True, nms_eta=1.0, background_label=-1):
+_NMS3_TYPES = {"score_threshold": float, "nms_top_k": int, "keep_top_k": int, "nms_threshold": float,
+               "normalized": bool, "nms_eta": float, "background_label": int}
+
+
+def _multiclass_nms3(bboxes, scores, rois_num=None, **attrs):
     """PaddleDetection's NMS (``ppdet.modeling.ops.multiclass_nms`` calls the binding): the
-    legacy ``multiclass_nms3`` op, which Paddle Inference and Paddle Lite run. Returns the
-    binding's (out [M, 6], index [M, 1], nms_rois_num [N])."""
+    legacy ``multiclass_nms3`` op, which Paddle Inference and Paddle Lite run. ``attrs``: the
+    binding's score_threshold, nms_top_k, keep_top_k, nms_threshold, normalized, nms_eta,
+    background_label. Returns the binding's (out [M, 6], index [M, 1], nms_rois_num [N])."""
     import paddle
     from paddle.base.layer_helper import LayerHelper
 
@@ -185,10 +189,7 @@ def _multiclass_nms3(bboxes, scores, rois_num, score_threshold, nms_top_k, keep_
     if rois_num is not None:
         inputs["RoisNum"] = rois_num
     helper.append_op(type="multiclass_nms3", inputs=inputs, outputs={"Out": out, "Index": index, "NmsRoisNum": num},
-                     attrs={"score_threshold": float(score_threshold), "nms_top_k": int(nms_top_k),
-                            "keep_top_k": int(keep_top_k), "nms_threshold": float(nms_threshold),
-                            "normalized": bool(normalized), "nms_eta": float(nms_eta),
-                            "background_label": int(background_label)})
+                     attrs={k: _NMS3_TYPES[k](v) for k, v in attrs.items()})
     for v in (out, index, num):
         v.stop_gradient = True
     return out, index, num
