@@ -61,6 +61,16 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     if applied:
         con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied),
                   soft_wrap=False)
+    nms = (m.get("nms") or {}).get("postprocess")
+    if nms:
+        con.print(f"NMS: out of the graph (the target's runtime has none); the runner does it on the device "
+                  f"(score > {nms['score_threshold']:g}, IoU {nms['iou_threshold']:g}, keep {nms['keep_top_k']})",
+                  markup=False, soft_wrap=False)
+    batches = v.get("batches")
+    if batches:
+        con.print("verify at batch " + ", ".join(
+            f"{r['batch']}: mAP@0.5 vs float {r['map50_vs_float']:.3f}" if r.get("map50_vs_float") is not None
+            else f"{r['batch']}: skipped" for r in batches["runs"]), markup=False, soft_wrap=False)
     fallback = (m.get("export") or {}).get("route_fallback")
     if fallback:
         con.print(f"program route: {fallback['to']} (the {fallback['from']} route failed: "
