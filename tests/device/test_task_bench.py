@@ -84,3 +84,37 @@ def test_a_postprocess_for_another_task_is_refused(tmp_path):
         fh.write('\n[postprocess]\nop = "nms"\n')
     with pytest.raises(ConfigError, match=r'op = "nms" gives a detection task\'s answers; \[task\] kind is "ctc"'):
         api.build(proj, "linux-x86", precision="fp32", out=tmp_path / "out")
+
+
+def test_nms_moved_out_of_the_graph_runs_on_the_device(cli, lab, tmp_path, monkeypatch):
+    """[backend.onnx] nms = "postprocess" (jetson-orin's; here on an x86 profile, since the
+    loopback device is x86_64): the graph ends before its multiclass_nms3 and the runner does
+    the NMS on the device with the op's attributes; the host compares the device's detections
+    with the float program's own NMS rows."""
+    import re
+    import shutil
+
+    from task_projects import detector_project
+
+    from edgeforge import api
+    from edgeforge.targets import targets_dir
+
+    tdir = tmp_path / "targets"
+    shutil.copytree(targets_dir(), tdir)
+    text = (tdir / "linux-x86.toml").read_text()
+    text = re.sub(r'^name = "linux-x86"', 'name = "x86-nms-post"', text, flags=re.M)
+    text = re.sub(r"^(execution_providers = .*)$", r'\1\nnms = "postprocess"', text, count=1, flags=re.M)
+    (tdir / "x86-nms-post.toml").write_text(text.replace("family_default = true", "family_default = false"))
+    monkeypatch.setenv("EDGEFORGE_TARGETS", str(tdir))
+    res = api.build(detector_project(tmp_path / "proj", nms="multiclass"), "x86-nms-post", precision="fp32",
+                    out=tmp_path / "build")
+    v = res.manifest["verify"]["task"]
+    assert res.manifest["nms"]["where"] == "postprocess" and v["postprocess"] == "nms"
+    code, out, err = cli("bench", res.out_dir, "--device", "box", "--runs", "3", "--results", lab.results,
+                         "--inventory", lab.inventory("box", target="x86-nms-post"))
+    assert code == 0, err + out
+    [path] = lab.result_files()
+    t = read_result(path)["drift"]["task"]
+    assert (t["kind"], t["metric"], t["postprocess"]) == ("detection", "map50", "nms")
+    assert t["float"] == v["float"]           # Paddle's own NMS rows, as verify read them
+    assert t["artifact"] == pytest.approx(v["artifact"], abs=0.02)
