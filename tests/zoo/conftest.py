@@ -43,18 +43,24 @@ def zoo_project(request, zoo_root) -> ZooProject:
 
     arch = request.param
     base = zoo_root / arch
-    if arch in CUSTOM:        # the suite's own models (custom_models.py)
+    from detector_cells import DETECTORS, detector_project
+
+    if arch in DETECTORS:     # detectors with and without NMS in the graph (detector_cells.py)
+        root, facts = detector_project(base / "project", arch)
+    elif arch in CUSTOM:      # the suite's own models (custom_models.py)
         root, facts = custom_project(base / "project", arch, calib=CALIBRATION_IMAGES, evaluation=EVALUATION_IMAGES)
     else:
         root, facts = digits_project(base / "project", arch, calib=CALIBRATION_IMAGES, evaluation=EVALUATION_IMAGES)
     proj = ZooProject(arch, root, base / "cache", base / "builds", facts["size"], extras=facts)
-    NOISE[arch] = noise_cosine(root, arch)
+    if arch not in DETECTORS:     # (a cosine of NMS rows means nothing: the detectors' cells are mAP)
+        NOISE[arch] = noise_cosine(root, arch)
     FACTS[arch] = facts
     yield proj
     # vgg16's cache alone is several GB; keep only the project (for a rerun by hand)
     shutil.rmtree(proj.cache, ignore_errors=True)
     shutil.rmtree(proj.builds, ignore_errors=True)
     (root / "weights.pdparams").unlink(missing_ok=True)
+    (root / "det.pdparams").unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -20,6 +20,9 @@ from helpers import run_cli
 from zoo_common import (ARCHS, COLUMNS, CUSTOM_MODELS, EXTRA_ROWS, FLOAT_REL_TOL, INT8_MISS_NOTE, MIN_COSINE, Cell,
                         ZooProject)
 
+import detector_cells
+from detector_cells import DETECTORS
+
 from edgeforge import api
 from edgeforge.cache import Cache, sha256_file
 from edgeforge.errors import ConfigError, PassError
@@ -298,6 +301,17 @@ def _onnx_int8(proj, r):
                       f"verify: {v['status']}")
 
 
+def detector_cell(proj, column: str, r) -> Cell:
+    backend, precision = {"lite-arm-fp32": ("lite", "fp32"), "lite-arm-int8": ("lite", "int8"),
+                          "lite-x86-fp32": ("lite", "fp32"), "onnx-fp32": ("onnx", "fp32"),
+                          "onnx-int8": ("onnx", "int8")}[column]
+    artifact_checks(r, backend, precision)
+    if column.startswith("lite-arm"):
+        int8 = column == "lite-arm-int8"
+        return detector_cells.lite_arm(r, int8, step_artifact(proj, r, "legalize.int8") if int8 else None)
+    return detector_cells.host(r, precision == "int8")
+
+
 CHECKS = {
     "lite-arm-fp32": _lite_arm_fp32,
     "lite-arm-int8": _lite_arm_int8,
@@ -345,7 +359,8 @@ def test_cell(zoo_project: ZooProject, column: str, record_cell, tmp_path):
 
     try:
         result = build_isolated(zoo_project, column)
-        cell = CHECKS[column](zoo_project, result)
+        cell = (detector_cell(zoo_project, column, result) if arch in DETECTORS
+                else CHECKS[column](zoo_project, result))
     except Exception as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         record_cell(arch, column, Cell(False, "error", seconds=time.perf_counter() - t0,
@@ -403,4 +418,4 @@ def test_suite_covers_the_zoo():
         assert callable(getattr(models, arch))
     from custom_projects import CUSTOM
 
-    assert CUSTOM_MODELS == list(CUSTOM)
+    assert CUSTOM_MODELS == list(CUSTOM) + list(DETECTORS)
