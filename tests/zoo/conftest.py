@@ -52,7 +52,8 @@ def zoo_project(request, zoo_root) -> ZooProject:
     else:
         root, facts = digits_project(base / "project", arch, calib=CALIBRATION_IMAGES, evaluation=EVALUATION_IMAGES)
     proj = ZooProject(arch, root, base / "cache", base / "builds", facts["size"], extras=facts)
-    if arch not in DETECTORS:     # (a cosine of NMS rows means nothing: the detectors' cells are mAP)
+    # a cosine of NMS rows means nothing (the detectors' cells are mAP); noise on token ids neither
+    if arch not in DETECTORS and arch != "text_cls":
         NOISE[arch] = noise_cosine(root, arch)
     FACTS[arch] = facts
     yield proj

@@ -175,3 +175,23 @@ class GRUClassifier(nn.Layer):
     def forward(self, x):
         y, _ = self.rnn(x)
         return self.head(y[:, -1])
+
+
+class TextClassifier(nn.Layer):
+    """A text model on int64 token ids: a digit read as text, its 64 pixel intensities (0-16)
+    as tokens of a 17-word vocabulary; a token and a position embedding, two encoder blocks,
+    mean pooling, a linear head (as ViTTiny: width 96, MLP ratio 4)."""
+
+    def __init__(self, num_classes=10, vocab=17, length=64, dim=96, depth=2, heads=4):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = self.create_parameter([1, length, dim], default_initializer=nn.initializer.Normal(std=0.02))
+        self.blocks = nn.LayerList([EncoderBlock(dim, heads, 4 * dim) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, ids):
+        t = self.tok(ids) + self.pos
+        for block in self.blocks:
+            t = block(t)
+        return self.head(self.norm(t).mean(axis=1))

@@ -36,10 +36,12 @@ CUSTOM = {
     "gru_cls": ("GRUClassifier", [("x", [-1, 16, 16])], ("class",), (300, 32, 3e-3)),
     "digits_legacy": ("DigitsNet", [("x", [-1, 1, SIZE, SIZE])], ("class",), (200, 32, 3e-3)),
     "digits_pir": ("DigitsNet", [("x", [-1, 1, SIZE, SIZE])], ("class",), (200, 32, 3e-3)),
+    "text_cls": ("TextClassifier", [("ids", [-1, 64])], ("class",), (300, 32, 2e-3)),
 }
+DTYPES = {"text_cls": "int64"}       # input dtype (default float32)
 INFERENCE = {"digits_legacy": "legacy", "digits_pir": "pir"}   # exported, then given as [model] inference
 INPUT_TEXT = {"crnn": "16x64 (4 digits)", "gru_cls": "16 rows x 16", "digits_legacy": "32x32, legacy .pdmodel",
-              "digits_pir": "32x32, PIR .json"}
+              "digits_pir": "32x32, PIR .json", "text_cls": "64 int64 tokens"}
 SEQ_LEN = 4          # digits per CRNN line
 BLANK = 10
 
@@ -59,6 +61,12 @@ def digits_data(name: str = "", seed: int = 0, calib: int = 32, evaluation: int 
     the evaluation set and the ``calib`` before them calibration."""
     if name == "crnn":
         return line_data(seed, calib, evaluation)
+    if name == "text_cls":           # the 8x8 scan's intensities 0-16, row by row, as token ids
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        return {"x": d.images.reshape(len(d.images), 64).astype("int64"), "labels": d.target.astype("int64"),
+                "order": np.random.default_rng(seed).permutation(len(d.target))}
     d, grey, x, up = _glyphs(16 if name == "gru_cls" else SIZE)
     if name == "gru_cls":
         x = x[:, 0]                                  # [N, 16 rows, 16 pixels]
@@ -130,7 +138,8 @@ def _write(root: Path, name: str) -> None:
     cls, inputs = CUSTOM[name][0], CUSTOM[name][1]
     (root / "data").mkdir(parents=True, exist_ok=True)
     shutil.copy2(HERE / "custom_models.py", root / "model.py")
-    specs = "".join(f'[[model.inputs]]\nname = "{n}"\nshape = {s}\ndtype = "float32"\n' for n, s in inputs)
+    dtype = DTYPES.get(name, "float32")
+    specs = "".join(f'[[model.inputs]]\nname = "{n}"\nshape = {s}\ndtype = "{dtype}"\n' for n, s in inputs)
     (root / "edgeforge.toml").write_text(textwrap.dedent(f"""\
         name = "{name.replace('_', '-')}"
         [model]

@@ -26,6 +26,8 @@ ARCHS = [
 CUSTOM_MODELS = ["vit_tiny", "se_cnn", "unet_seg", "two_input", "two_output",
                  # issue 25: recurrent nets (PIR for ONNX, legacy for Lite), exported inference models
                  "crnn", "gru_cls", "digits_legacy", "digits_pir",
+                 # a text model on int64 token ids (embedding + 2 encoder blocks)
+                 "text_cls",
                  # detectors: multiclass_nms3 in the graph, and raw outputs (tests/zoo/detector_cells.py)
                  "det_nms", "det_raw"]
 MODELS = ARCHS + CUSTOM_MODELS
