@@ -6,8 +6,9 @@ from typing import Literal, Optional
 
 import numpy as np
 from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic_core import PydanticCustomError
 
-from .config import DTypes, Strict, parse_model, read_toml
+from .config import SELF_DESCRIBED, DTypes, Strict, parse_model, read_toml
 from .errors import ConfigError
 from .inference import RANGES
 
@@ -44,25 +45,25 @@ class InputSpec(Strict):
         free = [i for i, d in enumerate(self.shape) if d == -1 and i > 0]
         if all(g is None for g in given):
             if free:
-                raise ValueError(f"input '{self.name}' has a free dimension (-1) beyond the batch, at dim "
+                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}' has a free dimension (-1) beyond the batch, at dim "
                                  f"{free[0]} of {self.shape}: add min_shape, opt_shape and max_shape to its "
                                  "[[model.inputs]] (the range it takes), or give that dimension a size")
             return self
         if any(g is None for g in given):
             missing = [k for k, g in zip(RANGES, given) if g is None]
-            raise ValueError(f"input '{self.name}': give all three of min_shape, opt_shape and max_shape, "
+            raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': give all three of min_shape, opt_shape and max_shape, "
                              f"or none ({', '.join(missing)} missing)")
         lo, mid, hi = given
         for key, g in zip(RANGES, given):
             if len(g) != len(self.shape):
-                raise ValueError(f"input '{self.name}': {key} {g} has rank {len(g)}, shape {self.shape} "
+                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': {key} {g} has rank {len(g)}, shape {self.shape} "
                                  f"has rank {len(self.shape)}")
         for i, d in enumerate(self.shape):
             if d != -1 and not lo[i] == mid[i] == hi[i] == d:
-                raise ValueError(f"input '{self.name}': dim {i} is fixed at {d} in shape, so min_shape, "
+                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': dim {i} is fixed at {d} in shape, so min_shape, "
                                  f"opt_shape and max_shape must all be {d} there (got {lo[i]}, {mid[i]}, {hi[i]})")
             if not 1 <= lo[i] <= mid[i] <= hi[i] <= MAX_FREE_DIM:
-                raise ValueError(f"input '{self.name}': dim {i} needs 1 <= min <= opt <= max <= "
+                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': dim {i} needs 1 <= min <= opt <= max <= "
                                  f"{MAX_FREE_DIM} (got {lo[i]}, {mid[i]}, {hi[i]})")
         return self
 
