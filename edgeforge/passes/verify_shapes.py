@@ -43,18 +43,16 @@ def _batch(arr: np.ndarray, n: int) -> np.ndarray:
 
 
 def size_feeds(specs: list, feeds: dict[str, np.ndarray], level: str) -> dict[str, np.ndarray]:
-    """The evaluation feeds at ``level`` of every ranged input (the others as they are)."""
-    out = {}
+    """The evaluation feeds at ``level`` of every ranged input (the others as they are), all
+    with one batch: :data:`SAMPLES`, within every declared batch range."""
+    n = SAMPLES
     for s in specs:
-        arr = feeds[s.name]
-        if s.ranged:
-            size = getattr(s, f"{level}_shape")
-            n = min(max(SAMPLES, s.min_shape[0]), s.max_shape[0]) if s.shape[0] == -1 else s.shape[0]
-            out[s.name] = fit(_batch(arr, n), s.free_dims, size)
-        else:
-            out[s.name] = np.ascontiguousarray(arr[:SAMPLES])
-    n = max(len(a) for a in out.values())
-    return {k: _batch(a, n) for k, a in out.items()}
+        if s.ranged and s.shape[0] == -1:
+            n = min(max(n, s.min_shape[0]), s.max_shape[0])
+        elif s.shape[0] != -1:
+            n = s.shape[0]
+    return {s.name: fit(_batch(feeds[s.name], n), s.free_dims, getattr(s, f"{level}_shape")) if s.ranged
+            else np.ascontiguousarray(_batch(feeds[s.name], n)) for s in specs}
 
 
 def _judge(outs, reference, precision: str, cfg) -> dict:
