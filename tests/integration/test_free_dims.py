@@ -22,11 +22,10 @@ class Net(nn.Layer):
     def __init__(self):
         super().__init__()
         self.c1 = nn.Conv2D(1, 8, 3, padding=1)
-        self.c2 = nn.Conv2D(8, 8, 3, stride=2, padding=1)
-        self.c3 = nn.Conv2D(8, 4, 1)
+        self.c2 = nn.Conv2D(8, 4, 3, stride=2, padding=1)
 
     def forward(self, x):
-        return self.c3(F.relu(self.c2(F.relu(self.c1(x)))))
+        return self.c2(F.relu(self.c1(x)))
 
 
 def build():
