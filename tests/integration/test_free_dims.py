@@ -100,3 +100,51 @@ def test_device_only_target_records_what_was_skipped(project, tmp_path):
     shapes = m["verify"]["shapes"]
     assert [r["status"] for r in shapes] == ["skipped"] * 3
     assert "rpi4" in shapes[0]["reason"] and [r["sizes"]["x"][3] for r in shapes] == WIDTHS
+
+
+EXPORT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import paddle
+from model import build
+layer = build()
+layer.eval()
+paddle.jit.save(layer, sys.argv[2], input_spec=[paddle.static.InputSpec([None, 1, 16, None], "float32", "x")])
+"""
+
+
+def test_inference_program_with_a_free_width(project, tmp_path):
+    """An exported program whose width is -1: refused without ranges (exit 2, and init says so),
+    built with them declared in [[model.inputs]]."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from edgeforge.errors import ConfigError
+    from edgeforge.init import ModelSource, init_project
+    from edgeforge.project import load_project
+
+    prefix = tmp_path / "export" / "inference"
+    subprocess.run([sys.executable, "-c", EXPORT, str(project), str(prefix)], check=True, timeout=300,
+                   env=dict(os.environ, FLAGS_enable_pir_api="0"), capture_output=True, text=True)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.copytree(project / "data", proj / "data")
+    toml = f'name = "free-program"\n[model]\ninference = "{prefix}"\n[data]\ncalibration = "data/calib.npz"\n' \
+           'evaluation = "data/eval.npz"\n'
+    (proj / "edgeforge.toml").write_text(toml)
+    with pytest.raises(ConfigError, match=r"input 'x' has a free dimension \(-1\) beyond the batch, at dim 3") as exc:
+        _ = load_project(proj).inputs
+    assert exc.value.exit_code == 2
+    res = init_project(tmp_path / "init", ModelSource(from_inference=str(prefix)))
+    assert any("min_shape" in m and "x" in m for m in res.missing), res.missing
+    assert "shape = [-1, 1, 16, -1]" in (tmp_path / "init" / "edgeforge.toml").read_text()
+
+    ranges = "".join(f"{k} = {v}\n" for k, v in RANGES.items())
+    (proj / "edgeforge.toml").write_text(toml.replace("[data]", '[[model.inputs]]\nname = "x"\nshape = [-1, 1, 16, -1]\n'
+                                                      f'dtype = "float32"\n{ranges}[data]'))
+    m = api.build(proj, "linux-x86", precision="fp32", out=tmp_path / "out").manifest
+    for r in _shapes(m):
+        assert r["rel_max_abs_error"] <= 1e-4, r
+    _ranges_recorded(m)
