@@ -241,7 +241,7 @@ class Project:
             fold = self.fold
             if fold is not None:
                 h, w = fold["size"]
-                return [s.model_copy(update={"shape": [-1, h, w, 3], "dtype": "uint8"})
+                return [s.model_copy(update={"shape": [-1, h, w, 3], "dtype": "uint8", **dict.fromkeys(RANGES)})
                         if s.name == fold["input"] else s for s in self.spec.model.inputs]
             return self.spec.model.inputs
         if self._inputs is None:

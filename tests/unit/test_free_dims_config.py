@@ -130,3 +130,21 @@ def test_trt_profile_strings():
     assert part["complete"] is False and "y" in part["note"]
     assert trt_profile([{"name": "y", "shape": [-1, 10]}]) is None
     InputDoc.model_validate({"name": "x", "shape": [None, 3, 48, None], "dtype": "float32", **RANGES})
+
+
+def test_a_concrete_free_dim_in_the_onnx_model_is_made_symbolic(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgeforge.passes.onnx_graph import symbolic_free_dims
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 48, 320])   # a converter fixed the width
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])), str(path))
+    spec = {"name": "x", "shape": [-1, 3, 48, -1], **RANGES}
+    assert symbolic_free_dims(path, [spec]) == [{"rewrite": "symbolic-free-dims", "nodes": 1}]
+    dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["N", 3, 48, "x_dim3"]
+    assert symbolic_free_dims(path, [spec]) == []                                   # nothing left to do
+    assert symbolic_free_dims(path, [{"name": "x", "shape": [-1, 3, 48, 320]}]) == []   # no ranges: untouched
