@@ -18,6 +18,11 @@ PROJECT_FILE = "edgeforge.toml"
 MAX_FREE_DIM = 65536                      # the largest size a declared range may reach
 
 
+def _invalid(message: str) -> PydanticCustomError:
+    """A validation error shown as ``message`` alone (it names its values: no "(got ...)")."""
+    return PydanticCustomError(SELF_DESCRIBED, "{message}", {"message": message})
+
+
 class InputSpec(Strict):
     """One model input. ``-1`` is a free dimension: the batch (dim 0) needs nothing more; a free
     dimension beyond it (an OCR line's width, a sequence length) needs its range, declared as
@@ -42,29 +47,26 @@ class InputSpec(Strict):
     @model_validator(mode="after")
     def _ranges(self):
         given = [getattr(self, k) for k in RANGES]
-        free = [i for i, d in enumerate(self.shape) if d == -1 and i > 0]
+        me = f"input '{self.name}'"
         if all(g is None for g in given):
-            if free:
-                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}' has a free dimension (-1) beyond the batch, at dim "
-                                 f"{free[0]} of {self.shape}: add min_shape, opt_shape and max_shape to its "
-                                 "[[model.inputs]] (the range it takes), or give that dimension a size")
+            if self.free_dims:
+                raise _invalid(f"{me} has a free dimension (-1) beyond the batch, at dim {self.free_dims[0]} of "
+                               f"{self.shape}: add min_shape, opt_shape and max_shape to its [[model.inputs]] "
+                               "(the range it takes), or give that dimension a size")
             return self
         if any(g is None for g in given):
-            missing = [k for k, g in zip(RANGES, given) if g is None]
-            raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': give all three of min_shape, opt_shape and max_shape, "
-                             f"or none ({', '.join(missing)} missing)")
-        lo, mid, hi = given
+            missing = ", ".join(k for k, g in zip(RANGES, given) if g is None)
+            raise _invalid(f"{me}: give all three of min_shape, opt_shape and max_shape, or none ({missing} missing)")
         for key, g in zip(RANGES, given):
             if len(g) != len(self.shape):
-                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': {key} {g} has rank {len(g)}, shape {self.shape} "
-                                 f"has rank {len(self.shape)}")
-        for i, d in enumerate(self.shape):
-            if d != -1 and not lo[i] == mid[i] == hi[i] == d:
-                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': dim {i} is fixed at {d} in shape, so min_shape, "
-                                 f"opt_shape and max_shape must all be {d} there (got {lo[i]}, {mid[i]}, {hi[i]})")
-            if not 1 <= lo[i] <= mid[i] <= hi[i] <= MAX_FREE_DIM:
-                raise PydanticCustomError(SELF_DESCRIBED, f"input '{self.name}': dim {i} needs 1 <= min <= opt <= max <= "
-                                 f"{MAX_FREE_DIM} (got {lo[i]}, {mid[i]}, {hi[i]})")
+                raise _invalid(f"{me}: {key} {g} has rank {len(g)}, shape {self.shape} has rank {len(self.shape)}")
+        for i, (d, lo, mid, hi) in enumerate(zip(self.shape, *given)):
+            if d != -1 and not lo == mid == hi == d:
+                raise _invalid(f"{me}: dim {i} is fixed at {d} in shape, so min_shape, opt_shape and max_shape "
+                               f"must all be {d} there (got {lo}, {mid}, {hi})")
+            if not 1 <= lo <= mid <= hi <= MAX_FREE_DIM:
+                raise _invalid(f"{me}: dim {i} needs 1 <= min <= opt <= max <= {MAX_FREE_DIM} "
+                               f"(got {lo}, {mid}, {hi})")
         return self
 
     @model_serializer(mode="wrap")
