@@ -87,13 +87,18 @@ PATTERN_WORDS = {
 }
 
 
+# the type of an error whose message names the values itself (raised as
+# ``pydantic_core.PydanticCustomError(SELF_DESCRIBED, message)``): shown without "(got ...)"
+SELF_DESCRIBED = "edgeforge_described"
+
+
 def describe(err: dict) -> str:
     """A pydantic error's message in words, with the value it got (never a bare regex)."""
     msg = err.get("msg", "invalid value")
     if err.get("type") == "string_pattern_mismatch":
         pattern = (err.get("ctx") or {}).get("pattern", "")
         msg = f"must be {PATTERN_WORDS.get(pattern, 'of the documented form (see README)')}"
-    if err.get("type") not in ("missing", "extra_forbidden") and "input" in err:
+    if err.get("type") not in ("missing", "extra_forbidden", SELF_DESCRIBED) and "input" in err:
         shown = repr(err["input"])
         msg += f" (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
     return msg

@@ -22,6 +22,7 @@ REEXPORT = ("re-export it as a legacy program for Paddle Lite: FLAGS_enable_pir_
             "(PaddleClas/PaddleDetection/PaddleOCR), or set FLAGS_enable_pir_api=0 before `import paddle` "
             "and paddle.jit.save(layer, prefix, input_spec=[...]); it writes prefix.pdmodel")
 _READ_TIMEOUT_S = 600
+RANGES = ("min_shape", "opt_shape", "max_shape")      # a free dimension's range (project.InputSpec)
 
 
 def program_files(prefix: Path, key: str = "[model] inference") -> tuple[Path, Path]:
@@ -55,11 +56,11 @@ def _dtype(paddle, var) -> str:
     return str(convert_dtype(var.dtype))
 
 
-def read_program(prefix: str, probe_dir: str | None = None) -> dict:
+def read_program(prefix: str, probe_dir: str | None = None, probe_shapes: dict | None = None) -> dict:
     """The child's job: load the program, return its inputs (feed order) and outputs; with
-    ``probe_dir``, also run it once on zeros (free dimensions = 1) for the output shapes and copy
-    both files there as ``model.pdmodel`` / ``model.pdiparams``. Errors come back as
-    ``{"error": message}``, a result as ``{"ok": {...}}``."""
+    ``probe_dir``, also run it once on zeros (free dimensions = 1, or ``probe_shapes[name]``: a
+    declared range's opt) for the output shapes and copy both files there as ``model.pdmodel`` /
+    ``model.pdiparams``. Errors come back as ``{"error": message}``, a result as ``{"ok": {...}}``."""
     import contextlib
 
     import numpy as np
@@ -77,7 +78,9 @@ def read_program(prefix: str, probe_dir: str | None = None) -> dict:
             inputs = _pir_inputs(paddle, prog, feeds) if pir else _legacy_inputs(paddle, prog, feeds)
             result = {"inputs": inputs, "outputs": [_name(f, i) for i, f in enumerate(fetches)]}
             if probe_dir is not None:
-                zeros = {s["name"]: np.zeros([1 if d < 0 else d for d in s["shape"]], s["dtype"]) for s in inputs}
+                shapes = probe_shapes or {}
+                zeros = {s["name"]: np.zeros(shapes.get(s["name"]) or [1 if d < 0 else d for d in s["shape"]],
+                                             s["dtype"]) for s in inputs}
                 outs = exe.run(prog, feed=zeros, fetch_list=fetches)
                 result["output_shapes"] = [list(np.asarray(o).shape) for o in outs]
     except Exception as exc:  # noqa: BLE001 - any failure to load or run the program
@@ -113,13 +116,13 @@ def _name(fetch, i: int) -> str:
 
 
 def run_read(prefix: Path, log_path: Path, probe_dir: Path | None = None, pass_name: str = "export",
-             key: str = "[model] inference") -> dict:
+             key: str = "[model] inference", probe_shapes: dict | None = None) -> dict:
     """:func:`read_program` in a child process; a program Paddle cannot load is a ConfigError."""
     from .native import run_native
 
     program_files(prefix, key)
     result = run_native(pass_name, f"the inference model {prefix}", read_program,
-                        (str(prefix), None if probe_dir is None else str(probe_dir)), log_path,
+                        (str(prefix), None if probe_dir is None else str(probe_dir), probe_shapes), log_path,
                         timeout=_READ_TIMEOUT_S,
                         hint="the program ended the Paddle process that loaded it; load it by hand "
                              "with paddle.static.load_inference_model to see why")
@@ -132,7 +135,8 @@ def run_read(prefix: Path, log_path: Path, probe_dir: Path | None = None, pass_n
 def agree(program: list[dict], declared: list[dict], where: str) -> list[dict]:
     """The inputs a build uses: the program's, narrowed by ``[[model.inputs]]`` where given
     (a free dimension -1 may be fixed; a name, dtype, rank or fixed size that differs is a
-    ConfigError naming the input)."""
+    ConfigError naming the input). A -1 kept beyond the batch takes the declared input's
+    ``min_shape``/``opt_shape``/``max_shape`` (edgeforge.project.InputSpec checks them)."""
     if not declared:
         return program
     by_name = {s["name"]: s for s in program}
@@ -150,13 +154,14 @@ def agree(program: list[dict], declared: list[dict], where: str) -> list[dict]:
             raise ConfigError(f"{where}: input '{name}' has shape {d['shape']} in [[model.inputs]], the "
                               f"program takes {p['shape']}",
                               hint="keep the program's sizes; only a -1 may be given a size")
-        out.append(dict(p, shape=list(d["shape"])))
+        out.append(dict(p, shape=list(d["shape"]), **{k: list(d[k]) for k in RANGES if d.get(k) is not None}))
     return out
 
 
-def export_inference(prefix: Path, out_dir: Path, log_path: Path) -> dict:
-    """The export pass for an inference model: probe it and copy it as the float program."""
-    read = run_read(prefix, log_path, probe_dir=out_dir)
+def export_inference(prefix: Path, out_dir: Path, log_path: Path, probe_shapes: dict | None = None) -> dict:
+    """The export pass for an inference model: probe it (at ``probe_shapes``: {name: shape}) and
+    copy it as the float program."""
+    read = run_read(prefix, log_path, probe_dir=out_dir, probe_shapes=probe_shapes)
     if not any((out_dir / f"model{x}").is_file() for x in (".pdmodel", ".json")):
         raise PassError("export", f"copying {prefix}'s program into the build failed")
     return read

@@ -102,12 +102,21 @@ def _rel(path: Path, root: Path) -> str:
         return os.path.relpath(path, root.resolve()) if path.anchor == root.resolve().anchor else str(path)
 
 
+def _unranged(spec: dict) -> bool:
+    """A free dimension beyond the batch and no declared range for it."""
+    return any(d == -1 for d in spec["shape"][1:]) and not spec.get("min_shape")
+
+
 def _toml(name: str, model: list[str], inputs: list[dict], declared: bool, data: list[str]) -> str:
     lines = [f'name = "{name}"', "", "[model]", *model]
     if not declared:
         lines += ["# inputs, from the program: " + "; ".join(f"{s['name']} {s['shape']} {s['dtype']}" for s in inputs)]
     for s in inputs if declared else []:
         lines += ["", "[[model.inputs]]", f'name = "{s["name"]}"', f"shape = {s['shape']}", f'dtype = "{s["dtype"]}"']
+        lines += [f"{k} = {s[k]}" for k in ("min_shape", "opt_shape", "max_shape") if s.get(k)]
+        if _unranged(s):
+            lines += ["# a free dimension beyond the batch needs its range: min_shape = [...], opt_shape = [...], "
+                      "max_shape = [...] (docs/export.md \"Free dimensions\")"]
     lines += ["", "[data]", *data, ""]
     return "\n".join(lines)
 
@@ -192,7 +201,11 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
     else:
         res.missing.append(f"data: {CALIB} and {EVAL} (one array per input name, first axis = samples; "
                            "`labels` in the evaluation file) or init again with --data DIR")
-    (root / PROJECT_FILE).write_text(_toml(proj_name, model, res.inputs, factory is not None or bool(given),
+    free = [s["name"] for s in res.inputs if _unranged(s)]
+    if free:
+        res.missing.append(f"the ranges of {', '.join(free)}'s free dimensions beyond the batch: add min_shape, "
+                           "opt_shape and max_shape under its [[model.inputs]] (docs/export.md \"Free dimensions\")")
+    (root / PROJECT_FILE).write_text(_toml(proj_name, model, res.inputs, factory is not None or bool(given) or bool(free),
                                            datalines))
     res.written.insert(0, root / PROJECT_FILE)
     where = "" if root.resolve() == Path.cwd().resolve() else f"{root} "

@@ -64,11 +64,41 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
+RangeShape = Optional[list[Annotated[int, Field(ge=1, le=MAX_DIM)]]]
+
+
 class InputDoc(_Strict):
     name: Annotated[str, AfterValidator(_tensor_name)]
     shape: list[Annotated[Optional[int], AfterValidator(_dim)]] = Field(min_length=1,
                                                                         max_length=MAX_RANK)
     dtype: DTypes
+    # a free dimension's declared range (edgeforge.toml [[model.inputs]]); absent without one
+    min_shape: RangeShape = Field(None, max_length=MAX_RANK)
+    opt_shape: RangeShape = Field(None, max_length=MAX_RANK)
+    max_shape: RangeShape = Field(None, max_length=MAX_RANK)
+
+
+TRT_PROFILE_KEYS = {"min_shape": "trt_profile_min_shapes", "opt_shape": "trt_profile_opt_shapes",
+                    "max_shape": "trt_profile_max_shapes"}
+
+
+def trt_profile(inputs: list[dict]) -> dict | None:
+    """TensorRT's optimisation profile of the declared ranges, as onnxruntime's TensorRT EP options
+    take it: ``{"trt_profile_min_shapes": "x:1x3x48x32", ...opt..., ...max...}`` (inputs joined
+    by ","). None when no input declares a range. ``complete`` says whether every input with a
+    free dimension is in it (TensorRT needs them all in an explicit profile)."""
+    ranged = [i for i in inputs if i.get("min_shape") is not None]
+    if not ranged:
+        return None
+    doc = {key: ",".join(f"{i['name']}:" + "x".join(str(d) for d in i[k]) for i in ranged)
+           for k, key in TRT_PROFILE_KEYS.items()}
+    left = [i["name"] for i in inputs if i.get("min_shape") is None and any(d in (-1, None) for d in i["shape"])]
+    doc["complete"] = not left
+    if left:
+        doc["note"] = (f"inputs {', '.join(left)} have a free batch and no declared range: not in the "
+                       "profile, so the runner does not apply it (declare min_shape/opt_shape/max_shape "
+                       "for them too)")
+    return doc
 
 
 class ArtifactDoc(_Strict):
@@ -149,9 +179,16 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
     art = final.path / meta.file
     bcfg = build.backend_config
     runtime = {"threads": target.runtime.threads, "power_mode": target.runtime.power_mode}
+    inputs = [i.model_dump() for i in project.inputs]
+    profile = None
     if backend == "onnx":
         runtime["execution_providers"] = list(bcfg.execution_providers)
         runtime["provider_options"] = bcfg.provider_options(precision)   # the runner applies them
+        if bcfg.execution_providers[0] == "TensorrtExecutionProvider":
+            profile = trt_profile(inputs)
+        if profile is not None and profile["complete"]:     # TensorRT builds one engine for the range
+            runtime["provider_options"]["TensorrtExecutionProvider"].update(
+                {k: profile[k] for k in TRT_PROFILE_KEYS.values()})
     else:
         runtime["valid_targets"] = list(bcfg.valid_targets)
     doc = {
@@ -163,7 +200,8 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
         "artifact": {"path": meta.file, "sha256": sha256_file(art), "size_bytes": art.stat().st_size},
         "steps": [s.to_json() for s in steps],
         **meta.manifest_fields(),
-        "inputs": [i.model_dump() for i in project.inputs],
+        "inputs": inputs,
+        **({"trt_profile": profile} if profile is not None else {}),
         "reference": {"inputs": "reference/eval_inputs.npz",
                       "outputs": "reference/float_outputs.npz",
                       "samples": meta.num_eval_samples,

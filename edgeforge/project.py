@@ -5,25 +5,96 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic_core import PydanticCustomError
 
-from .config import DTypes, Strict, parse_model, read_toml
+from .config import SELF_DESCRIBED, DTypes, Strict, parse_model, read_toml
 from .errors import ConfigError
+from .inference import RANGES
 
 PROJECT_FILE = "edgeforge.toml"
 
 
+MAX_FREE_DIM = 65536                      # the largest size a declared range may reach
+
+
+def _invalid(message: str) -> PydanticCustomError:
+    """A validation error shown as ``message`` alone (it names its values: no "(got ...)")."""
+    return PydanticCustomError(SELF_DESCRIBED, "{message}", {"message": message})
+
+
 class InputSpec(Strict):
+    """One model input. ``-1`` is a free dimension: the batch (dim 0) needs nothing more; a free
+    dimension beyond it (an OCR line's width, a sequence length) needs its range, declared as
+    ``min_shape``/``opt_shape``/``max_shape`` (all three, the rank of ``shape``, equal to it where
+    it is fixed): export probes and verify's reference run at ``opt``, verify also runs the
+    artifact at ``min`` and ``max`` (:mod:`edgeforge.passes.verify_shapes`), TensorRT gets them as
+    its optimisation profile. Serialised without the ranges when none are given."""
     name: str
     shape: list[int]
     dtype: DTypes = "float32"
+    min_shape: Optional[list[int]] = None
+    opt_shape: Optional[list[int]] = None
+    max_shape: Optional[list[int]] = None
 
     @field_validator("shape")
     @classmethod
     def _shape(cls, v):
         if not v or any(d == 0 or d < -1 for d in v):
-            raise ValueError("dimensions must be positive, or -1 for a free (batch) dimension")
+            raise ValueError("dimensions must be positive, or -1 for a free dimension")
         return v
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        given = [getattr(self, k) for k in RANGES]
+        me = f"input '{self.name}'"
+        if all(g is None for g in given):
+            if self.free_dims:
+                raise _invalid(f"{me} has a free dimension (-1) beyond the batch, at dim {self.free_dims[0]} of "
+                               f"{self.shape}: add min_shape, opt_shape and max_shape to its [[model.inputs]] "
+                               "(the range it takes), or give that dimension a size")
+            return self
+        if any(g is None for g in given):
+            missing = ", ".join(k for k, g in zip(RANGES, given) if g is None)
+            raise _invalid(f"{me}: give all three of min_shape, opt_shape and max_shape, or none ({missing} missing)")
+        for key, g in zip(RANGES, given):
+            if len(g) != len(self.shape):
+                raise _invalid(f"{me}: {key} {g} has rank {len(g)}, shape {self.shape} has rank {len(self.shape)}")
+        for i, (d, lo, mid, hi) in enumerate(zip(self.shape, *given)):
+            if d != -1 and not lo == mid == hi == d:
+                raise _invalid(f"{me}: dim {i} is fixed at {d} in shape, so min_shape, opt_shape and max_shape "
+                               f"must all be {d} there (got {lo}, {mid}, {hi})")
+            if not 1 <= lo <= mid <= hi <= MAX_FREE_DIM:
+                raise _invalid(f"{me}: dim {i} needs 1 <= min <= opt <= max <= {MAX_FREE_DIM} "
+                               f"(got {lo}, {mid}, {hi})")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_none(self, handler):
+        """No ``min_shape: null``: a project without ranges keeps its cache keys and manifests."""
+        return {k: v for k, v in handler(self).items() if v is not None or k not in RANGES}
+
+    @property
+    def ranged(self) -> bool:
+        return self.min_shape is not None
+
+    @property
+    def free_dims(self) -> list[int]:
+        """The dimensions beyond the batch that are free (-1): each has a declared range."""
+        return [i for i, d in enumerate(self.shape) if d == -1 and i > 0]
+
+    def probe_shape(self) -> list[int]:
+        """A concrete shape to probe the model with: ``opt`` along the free dimensions beyond the
+        batch, the batch at 1 (or the range's min), fixed dimensions as they are."""
+        if not self.ranged:
+            return [1 if d == -1 else d for d in self.shape]
+        return [max(1, self.min_shape[0]) if i == 0 and d == -1 else (self.opt_shape[i] if d == -1 else d)
+                for i, d in enumerate(self.shape)]
+
+
+def probe_shape(spec: dict) -> list[int]:
+    """:meth:`InputSpec.probe_shape` of an input as a dict (what the child processes get)."""
+    return InputSpec(**spec).probe_shape()
 
 
 class ModelSection(Strict):
@@ -178,11 +249,12 @@ class Project:
             fold = self.fold
             if fold is not None:
                 h, w = fold["size"]
-                return [s.model_copy(update={"shape": [-1, h, w, 3], "dtype": "uint8"})
+                return [s.model_copy(update={"shape": [-1, h, w, 3], "dtype": "uint8", **dict.fromkeys(RANGES)})
                         if s.name == fold["input"] else s for s in self.spec.model.inputs]
             return self.spec.model.inputs
         if self._inputs is None:
-            self._inputs = [InputSpec(**s) for s in _program_inputs(self)]
+            where = f"{self.root / PROJECT_FILE}: [model] inference"
+            self._inputs = [parse_model(InputSpec, s, where) for s in _program_inputs(self)]
         return self._inputs
 
     @property
@@ -281,6 +353,12 @@ class Project:
                     f"{which} data '{spec.name}' has shape {list(arr.shape)}, the model input wants "
                     f"{want} (first axis = samples)",
                 )
+            for i in spec.free_dims:
+                if not spec.min_shape[i] <= arr.shape[i] <= spec.max_shape[i]:
+                    raise ConfigError(
+                        f"{which} data '{spec.name}' has shape {list(arr.shape)}: dim {i} is {arr.shape[i]}, "
+                        f"outside its declared range {spec.min_shape[i]}..{spec.max_shape[i]}",
+                        hint="crop or pad the arrays into the range, or widen min_shape/max_shape")
             if arr.shape[0] == 0:
                 raise ConfigError(f"{which} data '{spec.name}' holds no samples")
             if count is not None and arr.shape[0] != count:

@@ -19,9 +19,12 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
     return subprocess.run([str(exe), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
-def tiny_project(root: Path, name: str, model_src: str, shape: list[int], samples: int = 32) -> Path:
+def tiny_project(root: Path, name: str, model_src: str, shape: list[int], samples: int = 32,
+                 ranges: dict | None = None, data_shape: list[int] | None = None) -> Path:
     """A one-input project (factory ``model:build``, no weights) with N(0,1) calibration and
-    evaluation data of ``shape`` (first dim -1)."""
+    evaluation data of ``shape`` (first dim -1). ``ranges``: ``{"min_shape": [...], "opt_shape":
+    [...], "max_shape": [...]}`` for the input; ``data_shape``: a sample's shape in the data
+    files (default ``shape[1:]``; needed where ``shape`` has a free dimension beyond the batch)."""
     import textwrap
 
     import numpy as np
@@ -36,14 +39,15 @@ def tiny_project(root: Path, name: str, model_src: str, shape: list[int], sample
         name = "x"
         shape = {list(shape)}
         dtype = "float32"
+        {{ranged}}
         [data]
         calibration = "data/calib.npz"
         evaluation = "data/eval.npz"
-        """))
+        """).replace("{ranged}", "\n".join(f"{k} = {list(v)}" for k, v in (ranges or {}).items())))
     (root / "data").mkdir()
     rng = np.random.default_rng(0)
     for part in ("calib", "eval"):
-        np.savez(root / "data" / f"{part}.npz", x=rng.normal(size=(samples, *shape[1:])).astype("float32"))
+        np.savez(root / "data" / f"{part}.npz", x=rng.normal(size=(samples, *(data_shape or shape[1:]))).astype("float32"))
     return root
 
 

@@ -158,8 +158,11 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
         layer = wrap(paddle, layer, fold)
     specs = [paddle.static.InputSpec([None if d == -1 else d for d in s["shape"]], s["dtype"], s["name"])
              for s in inputs]
-    # Probe the model with the declared inputs first: a mismatch is a configuration error.
-    probe = [paddle.to_tensor(np.zeros([1 if d == -1 else d for d in s["shape"]], dtype=s["dtype"])) for s in inputs]
+    # Probe the model with the declared inputs first (free dimensions at their range's opt): a
+    # mismatch is a configuration error.
+    from ..project import probe_shape
+
+    probe = [paddle.to_tensor(np.zeros(probe_shape(s), dtype=s["dtype"])) for s in inputs]
     try:
         with paddle.no_grad():
             out = layer(*probe)
@@ -203,7 +206,8 @@ def _from_inference(project, out_dir: Path) -> dict:
 
     model, _ = program_files(project.inference)
     route = "pir" if model.suffix == ".json" else "legacy"
-    read = export_inference(project.inference, out_dir, out_dir.parent / f"{out_dir.name}.export.log")
+    read = export_inference(project.inference, out_dir, out_dir.parent / f"{out_dir.name}.export.log",
+                            probe_shapes={s.name: s.probe_shape() for s in project.inputs})
     record = {"program": f"{PROGRAMS[route]}, an exported inference model", "process": "child", "route": route,
               "source": f"{project.spec.model.inference} ({model.suffix} + .pdiparams, copied)"}
     shapes = read["output_shapes"]

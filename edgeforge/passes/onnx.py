@@ -101,6 +101,9 @@ class OnnxConvertPass(Pass):
                             + (f": {last_lines(chr(10).join(errors), 2)}" if errors else ""),
                             hint="express the op named with ops paddle2onnx converts, or --backend lite")
         (out_dir / "paddle2onnx.log").unlink(missing_ok=True)
+        from .onnx_graph import symbolic_free_dims
+
+        fixes = fixes + symbolic_free_dims(out, [s.model_dump() for s in ctx.project.inputs])
         check_converted(self.name, out)
         size = out.stat().st_size
         if fixes:

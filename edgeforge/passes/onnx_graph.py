@@ -14,6 +14,10 @@
 - ``nms-to-postprocess``: for a target whose runtime does not run NMS (``[backend.onnx] nms =
   "postprocess"``), the graph ends at the NMS inputs and the record holds the NMS op the
   runner applies on the device (:func:`.onnx_nms.cut_multiclass_nms`).
+- ``symbolic-free-dims``: a free dimension declared with a range (``min_shape``...) must stay
+  free in the model's inputs; paddle2onnx 2.1 writes ``DynamicDimension.N`` for them (measured),
+  and should a converter write a size there instead it becomes ``<input>_dim<i>`` again
+  (:func:`symbolic_free_dims`; ``nodes``: the dimensions made free).
 """
 from __future__ import annotations
 
@@ -85,3 +89,26 @@ def fix_converted(path, nms_attrs: list[dict] | None = None, nms: str = "graph")
     if done:
         onnx.save(model, str(path))
     return done
+
+
+def symbolic_free_dims(path, inputs: list[dict]) -> list[dict]:
+    """Make the declared free dimensions (-1 in ``inputs[i]["shape"]`` with a declared range) of
+    the ONNX file's inputs symbolic where they hold a size; in place. Returns
+    ``[{"rewrite": "symbolic-free-dims", "nodes": n}]`` when it changed any, else ``[]``."""
+    import onnx
+
+    want = {s["name"]: [i for i, d in enumerate(s["shape"]) if d == -1] for s in inputs if s.get("min_shape")}
+    if not want:
+        return []
+    model = onnx.load(str(path))
+    n = 0
+    for inp in model.graph.input:
+        dims = inp.type.tensor_type.shape.dim
+        for i in want.get(inp.name, []):
+            if i < len(dims) and not dims[i].dim_param:
+                dims[i].dim_param = f"{inp.name}_dim{i}"        # clears dim_value (a oneof)
+                n += 1
+    if n:
+        onnx.save(model, str(path))
+        return [{"rewrite": "symbolic-free-dims", "nodes": n}]
+    return []

@@ -22,6 +22,7 @@ from ..paddle_env import paddle_inference
 from ..quant.arithmetic import predictor
 from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
+from . import verify_shapes as shapes
 from .lite import lite_outputs
 
 
@@ -327,6 +328,8 @@ class VerifyPass(Pass):
             if labels is not None and reference[k].ndim == 2:
                 result["float_accuracy"] = float(np.mean(reference[k].argmax(1) == labels))
             result["task"] = self.task_record(task, None, reference, label_arrays, ctx)
+        # free dimensions: the artifact at min, opt and max of each declared range
+        shapes.apply(result, shapes.check_shapes(self, out_dir / artifact_file, float_dir, feeds, precision, ctx))
         if ctx.project.fold is not None:
             result["fold"] = self.fold_check(ctx.project.fold, feeds, reference, outs, ctx)
         if contract is not None:
