@@ -56,11 +56,10 @@ def build():
     return Detector()
 
 
-def build_with_nms():
-    """The detector with ``paddle.vision.ops.matrix_nms`` in the graph: rows [M, 6] and
-    per-image counts [N] (the legacy export and Paddle Lite take it; TOOLCHAIN 20)."""
+def _with(nms):
+    """The detector with ``nms(boxes, scores) -> (rows, counts)`` in its graph (its weights
+    under ``det.``)."""
     import paddle.nn as nn
-    from paddle.vision.ops import matrix_nms
 
     class WithNms(nn.Layer):
         def __init__(self):
@@ -68,13 +67,23 @@ def build_with_nms():
             self.det = build()
 
         def forward(self, x):
-            boxes, scores = self.det(x)
-            rows, counts, _ = matrix_nms(boxes, scores, score_threshold=0.05, post_threshold=0.05, nms_top_k=64,
-                                      keep_top_k=32, background_label=-1, normalized=False,
-                                      return_index=False, return_rois_num=True)
-            return rows, counts
+            return nms(*self.det(x))
 
     return WithNms()
+
+
+def build_with_nms():
+    """The detector with ``paddle.vision.ops.matrix_nms`` in the graph: rows [M, 6] and
+    per-image counts [N] (the legacy export and Paddle Lite take it; TOOLCHAIN 20)."""
+    from paddle.vision.ops import matrix_nms
+
+    def nms(boxes, scores):
+        rows, counts, _ = matrix_nms(boxes, scores, score_threshold=0.05, post_threshold=0.05, nms_top_k=64,
+                                     keep_top_k=32, background_label=-1, normalized=False,
+                                     return_index=False, return_rois_num=True)
+        return rows, counts
+
+    return _with(nms)
 
 
 def multiclass_nms(bboxes, scores, score_threshold=0.05, nms_top_k=64, keep_top_k=32, nms_threshold=0.5,
@@ -91,18 +100,7 @@ def multiclass_nms(bboxes, scores, score_threshold=0.05, nms_top_k=64, keep_top_
 def build_with_nms3():
     """The detector with PaddleDetection's ``multiclass_nms3`` in the graph (its MultiClassNMS
     head): rows [M, 6] and per-image counts [N]."""
-    import paddle.nn as nn
-
-    class WithNms3(nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.det = build()
-
-        def forward(self, x):
-            boxes, scores = self.det(x)
-            return multiclass_nms(boxes, scores)
-
-    return WithNms3()
+    return _with(multiclass_nms)
 
 
 def targets(boxes, classes, counts):
