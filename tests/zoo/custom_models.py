@@ -180,7 +180,8 @@ class GRUClassifier(nn.Layer):
 class TextClassifier(nn.Layer):
     """A text model on int64 token ids: a digit read as text, its 64 pixel intensities (0-16)
     as tokens of a 17-word vocabulary; a token and a position embedding, two encoder blocks,
-    mean pooling, a linear head (as ViTTiny: width 96, MLP ratio 4)."""
+    mean pooling, a linear head (as ViTTiny: width 96, MLP ratio 4). The sequence length is free
+    up to ``length``."""
 
     def __init__(self, num_classes=10, vocab=17, length=64, dim=96, depth=2, heads=4):
         super().__init__()
@@ -191,7 +192,8 @@ class TextClassifier(nn.Layer):
         self.head = nn.Linear(dim, num_classes)
 
     def forward(self, ids):
-        t = self.tok(ids) + self.pos
+        # a free sequence length (up to ``length``): the first positions' embeddings
+        t = self.tok(ids) + self.pos[:, :paddle.shape(ids)[1]]
         for block in self.blocks:
             t = block(t)
         return self.head(self.norm(t).mean(axis=1))

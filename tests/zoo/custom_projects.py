@@ -39,9 +39,11 @@ CUSTOM = {
     "text_cls": ("TextClassifier", [("ids", [-1, 64])], ("class",), (300, 32, 2e-3)),
 }
 DTYPES = {"text_cls": "int64"}       # input dtype (default float32)
+# free dimensions: input -> (min_shape, opt_shape, max_shape); verify runs the artifact at each
+RANGES = {"text_cls": {"ids": ([1, 16], [4, 32], [8, 64])}}
 INFERENCE = {"digits_legacy": "legacy", "digits_pir": "pir"}   # exported, then given as [model] inference
 INPUT_TEXT = {"crnn": "16x64 (4 digits)", "gru_cls": "16 rows x 16", "digits_legacy": "32x32, legacy .pdmodel",
-              "digits_pir": "32x32, PIR .json", "text_cls": "64 int64 tokens"}
+              "digits_pir": "32x32, PIR .json", "text_cls": "16-64 int64 tokens"}
 SEQ_LEN = 4          # digits per CRNN line
 BLANK = 10
 
@@ -134,12 +136,20 @@ def _accuracy(name: str, outs, data: dict, idx) -> float:
     return float(np.mean((out > 0) == (data["mask"][idx] > 0.5)))
 
 
+def _free(shape: list, ranged) -> list:
+    """``shape`` with every dimension its range lets vary written -1."""
+    return shape if ranged is None else [-1 if lo != hi else d for d, lo, hi in zip(shape, ranged[0], ranged[2])]
+
+
 def _write(root: Path, name: str) -> None:
     cls, inputs = CUSTOM[name][0], CUSTOM[name][1]
     (root / "data").mkdir(parents=True, exist_ok=True)
     shutil.copy2(HERE / "custom_models.py", root / "model.py")
     dtype = DTYPES.get(name, "float32")
-    specs = "".join(f'[[model.inputs]]\nname = "{n}"\nshape = {s}\ndtype = "{dtype}"\n' for n, s in inputs)
+    ranges = RANGES.get(name, {})
+    specs = "".join(f'[[model.inputs]]\nname = "{n}"\nshape = {_free(s, ranges.get(n))}\ndtype = "{dtype}"\n'
+                    + ("min_shape = {}\nopt_shape = {}\nmax_shape = {}\n".format(*ranges[n]) if n in ranges else "")
+                    for n, s in inputs)
     (root / "edgeforge.toml").write_text(textwrap.dedent(f"""\
         name = "{name.replace('_', '-')}"
         [model]

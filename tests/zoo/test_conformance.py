@@ -265,6 +265,18 @@ def _int8_cell(proj, title, cos, size, m, fig, reason=""):
     return Cell(False, fig, cosine=cos, note=f"{proj.arch}, {title}: {why}. {reason}".strip())
 
 
+def _shapes(r) -> tuple[bool, str]:
+    """verify.shapes of a model with a free dimension: (all of min/opt/max passed, the figure's
+    suffix); (True, "") for a model without one."""
+    m = r.manifest
+    if not any(i.get("min_shape") for i in m["inputs"]):
+        return True, ""
+    recs = m["verify"].get("shapes") or []
+    ok = [x["level"] for x in recs if x["status"] == "passed"] == ["min", "opt", "max"]
+    sizes = "/".join(str(next(iter(x["sizes"].values()))[-1]) for x in recs)
+    return ok, f", verified at {sizes}" if ok else f", verify.shapes {[x['status'] for x in recs]}"
+
+
 def _float_host(proj, r, backend, title):
     artifact_checks(r, backend, "fp32")
     v = r.manifest["verify"]
@@ -272,11 +284,12 @@ def _float_host(proj, r, backend, title):
     rel = v["rel_max_abs_error"]
     if len(ref) > 1:
         rel = max(d["rel_max_abs_error"] for d in per_output(host_outputs(r, feeds), ref))
-    ok = v["status"] == "passed" and rel <= FLOAT_REL_TOL
+    shapes_ok, shown = _shapes(r)
+    ok = v["status"] == "passed" and rel <= FLOAT_REL_TOL and shapes_ok
     if not ok:
-        return Cell(False, _rel(rel), note=f"{proj.arch}, {title}: verify {v['status']}, relative max-abs "
-                                           f"error {rel:.2e} > {FLOAT_REL_TOL:g}. {v.get('reason') or ''}".strip())
-    return Cell(True, _rel(rel))
+        return Cell(False, _rel(rel) + shown, note=f"{proj.arch}, {title}: verify {v['status']}, relative "
+                    f"max-abs error {rel:.2e} (at most {FLOAT_REL_TOL:g}){shown}. {v.get('reason') or ''}".strip())
+    return Cell(True, _rel(rel) + shown)
 
 
 def _lite_x86_fp32(proj, r):
@@ -295,10 +308,13 @@ def _onnx_int8(proj, r):
     cos = v["cosine"]
     if len(ref) > 1:
         cos = min(d["cosine"] for d in per_output(host_outputs(r, feeds), ref))
-    # verify judges the worst output with the same criterion
-    assert (v["status"] == "passed") == (cos >= MIN_COSINE), v
-    return _int8_cell(proj, "ONNX int8", cos, size, m, f"cos {cos:.4f}, {_mb(size)}; {_budget_figure(m)}",
-                      f"verify: {v['status']}")
+    shapes_ok, shown = _shapes(r)
+    # verify judges the worst output (and every declared size) with the same criterion
+    assert (v["status"] == "passed") == (cos >= MIN_COSINE and shapes_ok), v
+    fig = f"cos {cos:.4f}, {_mb(size)}{shown}; {_budget_figure(m)}"
+    if not shapes_ok:
+        return Cell(False, fig, cosine=cos, note=f"{proj.arch}, ONNX int8: {v.get('reason')}")
+    return _int8_cell(proj, "ONNX int8", cos, size, m, fig, f"verify: {v['status']}")
 
 
 def detector_cell(proj, column: str, r) -> Cell:
