@@ -166,10 +166,9 @@ class QatPass(Pass):
         pre = ctx.workdir / "qat" / "pre.onnx"
         with quiet_stdout():
             pre_process(fp32, pre)
-        q.op_types = op_types_to_quantize(pre)
         ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model")
         out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
-                          list(quant.keep_float), {})
+                          list(quant.keep_float), {}, op_types_to_quantize(pre))
         return out, algo
 
     def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:

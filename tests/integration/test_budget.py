@@ -47,6 +47,16 @@ def test_plain_int8_misses_budget_and_fallback_meets_it(outlier_project, tmp_pat
     assert m["artifact"]["size_bytes"] == cost["size_bytes"]
     # still mostly INT8: smaller than the float model
     assert m["artifact"]["size_bytes"] < m["float_size_bytes"]
+    # a CNN's fit ran twice, every op quantized and only the INT8-kernel ops: the fewest float
+    # weight bytes that meet the budget won, and the manifest names the op set that shipped
+    sets = ab["op_sets"]
+    assert [s["op_types"] for s in sets] == ["onnxruntime default (every op it supports)",
+                                             ["Conv", "ConvTranspose", "MatMul", "Gemm"]]
+    chosen = [s for s in sets if s["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["met"]
+    assert chosen[0]["float_weight_bytes"] == min(s["float_weight_bytes"] for s in sets if s["met"])
+    assert chosen[0]["float_layers"] == len(m["keep_float"])
+    assert m["quantization"]["op_types"] == chosen[0]["op_types"]
     # jetson-orin runs TensorRT, which the host cannot time: no host timing decides (issue 23)
     assert m["int8_vs_fp32"] is None and "speed" not in ab and cost["p50_ms"] is None
 
