@@ -155,8 +155,10 @@ class QatPass(Pass):
     def _quantize(self, ctx: PassContext, fp32: Path, ptq_meta: dict) -> tuple[Path, str]:
         """The tuned float model through quantize.onnx's own quantizer and target scheme.
         Calibration: moving-average min/max (what the fine-tune's activation fake quant
-        tracked), unless --calibration pinned one."""
-        from ..quant.onnx_ptq import op_types_to_quantize, pre_process
+        tracked), unless --calibration pinned one. Quantized: the op types the fine-tune
+        fake-quantized (PaddleSlim's Conv2D and Linear: ONNX Conv, ConvTranspose, MatMul, Gemm),
+        not the residual Adds, Concats and pools it never trained with a scale on."""
+        from ..quant.onnx_ptq import ATTENTION_OP_TYPES, pre_process
         from .quantize import OnnxQuantizePass, calibration_batches, quiet_stdout
 
         quant = self.config.quant
@@ -168,7 +170,7 @@ class QatPass(Pass):
             pre_process(fp32, pre)
         ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model")
         out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
-                          list(quant.keep_float), {}, op_types_to_quantize(pre))
+                          list(quant.keep_float), {}, list(ATTENTION_OP_TYPES))
         return out, algo
 
     def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:
