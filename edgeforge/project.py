@@ -192,8 +192,9 @@ class PreprocessSection(Strict):
 class PostprocessSection(Strict):
     """[postprocess]: what turns the model's outputs into the task's answers, run by the runner
     (on the host in verify, on the device in bench): top-k (softmax), CTC greedy decoding, or
-    box decoding + NMS for a detector whose graph has none (scores [N, C, A], boxes [N, A, 4])."""
-    op: Literal["none", "topk", "ctc_greedy", "nms"]
+    box decoding + NMS for a detector whose graph has none (scores [N, C, A], boxes [N, A, 4]):
+    multiclass_nms3's (nms) or matrix_nms's (matrix_nms)."""
+    op: Literal["none", "topk", "ctc_greedy", "nms", "matrix_nms"]
     output: int = Field(0, ge=0, le=63)             # topk, ctc_greedy: the output read
     k: int = Field(5, ge=1, le=1000)                # topk
     softmax: bool = True                            # topk: scores as probabilities
@@ -210,6 +211,10 @@ class PostprocessSection(Strict):
     normalized: Optional[bool] = None
     background_label: Optional[int] = Field(None, ge=-1, le=10000)
     nms_eta: Optional[float] = Field(None, gt=0, le=1)
+    # matrix_nms, as Paddle's matrix_nms takes them (unset: the runner's defaults, Paddle's)
+    post_threshold: Optional[float] = Field(None, ge=0, le=1)
+    use_gaussian: Optional[bool] = None
+    gaussian_sigma: Optional[float] = Field(None, gt=0, le=100)
 
 
 class ProjectSpec(Strict):

@@ -62,7 +62,11 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
         con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied),
                   soft_wrap=False)
     nms = (m.get("nms") or {}).get("postprocess")
-    if nms:
+    if nms and nms.get("op") == "matrix_nms":
+        con.print(f"NMS: matrix_nms out of the graph (ONNX has none); the runner does it on the device "
+                  f"(score > {nms.get('score_threshold', 0.05):g}, decayed > {nms.get('post_threshold', 0.05):g}, "
+                  f"keep {nms.get('keep_top_k', 100)})", markup=False, soft_wrap=False)
+    elif nms:
         con.print(f"NMS: out of the graph (the target's runtime has none); the runner does it on the device "
                   f"(score > {nms['score_threshold']:g}, IoU {nms['iou_threshold']:g}, keep {nms['keep_top_k']})",
                   markup=False, soft_wrap=False)

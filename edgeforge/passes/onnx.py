@@ -23,6 +23,7 @@ def paddle2onnx_convert(model_dir: str, out_file: str, opset: int, nms: str = "g
     from .legalize.pir_json import for_paddle2onnx
     from .onnx_graph import fix_converted
     from .onnx_nms import program_nms_attrs
+    from .pir_nms import cut_matrix_nms
 
     paddle = import_paddle()
     import paddle2onnx
@@ -39,7 +40,12 @@ def paddle2onnx_convert(model_dir: str, out_file: str, opset: int, nms: str = "g
             src, params = _legacy_to_pir(paddle, paddle2onnx, Path(model_dir), Path(tmp) / "pir" / "model")
         fixed = Path(tmp) / "model.json"
         rewrites = for_paddle2onnx(src, fixed)
-        nms_attrs = program_nms_attrs(json.loads(fixed.read_text()))
+        program = json.loads(fixed.read_text())
+        matrix = cut_matrix_nms(program)     # ONNX has no Matrix NMS: the runner does it
+        if matrix is not None:
+            fixed.write_text(json.dumps(program, separators=(",", ":")))
+            rewrites.append({"rewrite": "nms-to-postprocess", "ops": 1, "postprocess": matrix})
+        nms_attrs = program_nms_attrs(program)
         paddle2onnx.export(str(fixed), str(params), out_file, opset_version=opset, enable_onnx_checker=True,
                            deploy_backend="onnxruntime", optimize_tool="none")
     if Path(out_file).is_file():
@@ -78,7 +84,7 @@ class OnnxConfig(PassConfig):
 @register
 class OnnxConvertPass(Pass):
     name = "convert.onnx"
-    version = 4
+    version = 5
     consumes = frozenset({PADDLE_FLOAT})
     produces = ONNX
     Config = OnnxConfig
@@ -111,8 +117,9 @@ class OnnxConvertPass(Pass):
                 f"{f['rewrite']} ({f.get('ops', f.get('nodes'))} {'ops' if 'ops' in f else 'nodes'})" for f in fixes))
         cut = next((f["postprocess"] for f in fixes if f["rewrite"] == "nms-to-postprocess"), None)
         if cut is not None:
-            ctx.log(f"NMS moved out of the graph: the runner does it on the device ({ctx.target.name}'s "
-                    "[backend.onnx] nms = \"postprocess\")")
+            why = ("ONNX has no matrix_nms" if cut["op"] == "matrix_nms"
+                   else f"{ctx.target.name}'s [backend.onnx] nms = \"postprocess\"")
+            ctx.log(f"NMS moved out of the graph: the runner does it on the device ({why})")
         return {"file": out.name, "precision": "fp32", "float_size_bytes": size, "converter_fixes": fixes,
                 "program": program_kind(inp.path),
                 **({"nms": {"where": "postprocess", "postprocess": cut}} if cut is not None else {}),

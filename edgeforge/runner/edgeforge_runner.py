@@ -431,7 +431,7 @@ def run_pipeline(image, steps):
 # runs it on the host over the artifact's and the float model's outputs, the device runs it over
 # its own, and the answers (classes, text, boxes) are what drift.task compares.
 
-POSTPROCESS_OPS = ("none", "topk", "ctc_greedy", "nms")
+POSTPROCESS_OPS = ("none", "topk", "ctc_greedy", "nms", "matrix_nms")
 NMS_MAX_KEEP = 1000
 
 
@@ -512,6 +512,62 @@ def nms(boxes, scores, score_threshold=0.05, iou_threshold=0.5, keep_top_k=100, 
     return np.array(rows, dtype=np.float32).reshape(-1, 6), np.array(counts, dtype=np.int32)
 
 
+MATRIX_NMS_MAX_CANDIDATES = 2048   # per class and image: the IoU matrix is this squared (16 MB)
+
+
+def matrix_nms(boxes, scores, score_threshold=0.05, post_threshold=0.05, nms_top_k=-1, keep_top_k=100,
+               use_gaussian=False, gaussian_sigma=2.0, background_label=0, normalized=True):
+    """Paddle's ``matrix_nms`` (SOLOv2's Matrix NMS, as its CPU kernel computes it, in float32):
+    ``boxes [N, A, 4]``, ``scores [N, C, A]`` -> rows ``[M, 6]`` (class, decayed score, x1, y1,
+    x2, y2) and counts ``[N]``. Per class (but ``background_label``): the ``nms_top_k`` best
+    boxes above ``score_threshold``, each box's score decayed by the smallest over the boxes
+    ranked above it of f(IoU with it, that box's own largest IoU with a box above it), f linear
+    ``(1 - iou) / (1 - max_iou)`` or gaussian ``exp((max_iou^2 - iou^2) * gaussian_sigma)``; kept
+    when the decayed score is above ``post_threshold``; per image the ``keep_top_k`` best. At
+    most ``MATRIX_NMS_MAX_CANDIDATES`` boxes per class and image enter the matrix."""
+    boxes = np.asarray(boxes, dtype=np.float32)
+    scores = np.asarray(scores, dtype=np.float32)
+    cap = MATRIX_NMS_MAX_CANDIDATES
+    top = cap if int(nms_top_k) < 0 else min(int(nms_top_k), cap)
+    keep_top_k = NMS_MAX_KEEP if int(keep_top_k) < 0 else min(int(keep_top_k), NMS_MAX_KEEP)
+    one = np.float32(0.0 if normalized else 1.0)
+    rows, counts = [], []
+    for b, s in zip(boxes, scores):
+        found = []
+        for c, sc in enumerate(s):
+            if c == int(background_label):
+                continue
+            idx = np.nonzero(sc > np.float32(score_threshold))[0]
+            idx = idx[np.argsort(-sc[idx], kind="stable")][:top]
+            if not len(idx):
+                continue
+            bx, sv = b[idx], sc[idx]
+            ix = np.minimum(bx[:, None, 2], bx[None, :, 2]) - np.maximum(bx[:, None, 0], bx[None, :, 0]) + one
+            iy = np.minimum(bx[:, None, 3], bx[None, :, 3]) - np.maximum(bx[:, None, 1], bx[None, :, 1]) + one
+            apart = ((bx[None, :, 0] > bx[:, None, 2]) | (bx[None, :, 2] < bx[:, None, 0])
+                     | (bx[None, :, 1] > bx[:, None, 3]) | (bx[None, :, 3] < bx[:, None, 1]))
+            inter = ix * iy
+            w, h = bx[:, 2] - bx[:, 0], bx[:, 3] - bx[:, 1]
+            area = np.where((w < 0) | (h < 0), np.float32(0), (w + one) * (h + one))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                iou = np.where(apart, np.float32(0), inter / (area[:, None] + area[None, :] - inter))
+                lower = np.tril(iou, -1).astype(np.float32)             # [i, j]: box i against j above it
+                iou_max = lower.max(axis=1) if len(idx) > 1 else np.zeros(1, np.float32)
+                if use_gaussian:
+                    decay = np.exp((iou_max[None, :] ** 2 - lower ** 2) * np.float32(gaussian_sigma))
+                else:
+                    decay = (np.float32(1) - lower) / (np.float32(1) - iou_max[None, :])
+            above = np.tril(np.ones_like(lower, dtype=bool), -1)
+            decay = np.where(above & ~np.isnan(decay), decay, np.float32(1))
+            ds = np.minimum(decay.min(axis=1), np.float32(1)) * sv
+            for i in np.nonzero(ds > np.float32(post_threshold))[0]:
+                found.append((c, ds[i], *bx[i][:4]))
+        order = sorted(range(len(found)), key=lambda k: -found[k][1])[:keep_top_k]
+        rows += [found[k] for k in order]
+        counts.append(len(order))
+    return np.array(rows, dtype=np.float32).reshape(-1, 6), np.array(counts, dtype=np.int32)
+
+
 def _padded(seqs):
     width = max([len(s) for s in seqs] + [1])
     out = np.full((len(seqs), width), -1, dtype=np.int64)
@@ -525,7 +581,9 @@ def postprocess(outputs, post):
     "postprocess": {"op": ...}) -> the answers, a dict of arrays. ops: none (the outputs as
     they are), topk {output, k, softmax} -> classes [N, k], scores [N, k]; ctc_greedy {output,
     blank, time_axis} -> text [N, L] (class ids, padded with -1); nms {boxes, scores,
-    score_threshold, iou_threshold, keep_top_k} -> rows [M, 6], counts [N]."""
+    score_threshold, iou_threshold, keep_top_k} -> rows [M, 6], counts [N]; matrix_nms {boxes,
+    scores, score_threshold, post_threshold, nms_top_k, keep_top_k, use_gaussian, gaussian_sigma,
+    background_label, normalized} -> the same."""
     post = post or {}
     op = post.get("op", "none")
     if op == "none":
@@ -546,6 +604,13 @@ def postprocess(outputs, post):
                            min(int(post.get("keep_top_k", 100)), NMS_MAX_KEEP), int(post.get("nms_top_k", -1)),
                            bool(post.get("normalized", True)), int(post.get("background_label", -1)),
                            float(post.get("nms_eta", 1.0)))
+        return {"rows": rows, "counts": counts}
+    if op == "matrix_nms":
+        rows, counts = matrix_nms(outputs[int(post.get("boxes", 0))], outputs[int(post.get("scores", 1))],
+                                  float(post.get("score_threshold", 0.05)), float(post.get("post_threshold", 0.05)),
+                                  int(post.get("nms_top_k", -1)), min(int(post.get("keep_top_k", 100)), NMS_MAX_KEEP),
+                                  bool(post.get("use_gaussian", False)), float(post.get("gaussian_sigma", 2.0)),
+                                  int(post.get("background_label", 0)), bool(post.get("normalized", True)))
         return {"rows": rows, "counts": counts}
     raise ValueError("unknown post-processing op %r (one of %s)" % (op, ", ".join(POSTPROCESS_OPS)))
 

@@ -14,7 +14,7 @@ from . import detection as det
 from . import metrics as m
 from .evaluate import Task, has_labels
 
-KIND_OF_OP = {"topk": "classification", "ctc_greedy": "ctc", "nms": "detection"}
+KIND_OF_OP = {"topk": "classification", "ctc_greedy": "ctc", "nms": "detection", "matrix_nms": "detection"}
 DEFAULT_OP = {"classification": "topk", "ctc": "ctc_greedy"}
 
 
@@ -31,7 +31,9 @@ def resolve(post: dict | None, task: dict | None) -> dict:
         out.setdefault("time_axis", task.get("time_axis", 1))
     keep = {"none": (), "topk": ("output", "k", "softmax"), "ctc_greedy": ("output", "blank", "time_axis"),
             "nms": ("boxes", "scores", "score_threshold", "iou_threshold", "keep_top_k", "nms_top_k", "normalized",
-                    "background_label", "nms_eta")}[out["op"]]
+                    "background_label", "nms_eta"),
+            "matrix_nms": ("boxes", "scores", "score_threshold", "post_threshold", "nms_top_k", "keep_top_k",
+                           "use_gaussian", "gaussian_sigma", "background_label", "normalized")}[out["op"]]
     return {"op": out["op"], **{k: out[k] for k in keep if k in out}}
 
 

@@ -2,7 +2,7 @@
 (boxes [N, A, 4], scores [N, C, A]) are post-processed on the host (NMS), built for linux-x86:
 verify.task holds mAP@0.5 against the labels, and without labels the artifact's mAP@0.5
 against the float model's own detections, with matched-box IoU and score error. With
-matrix_nms in the graph (Paddle Lite; paddle2onnx has no converter for it) the artifact gives
+matrix_nms in the graph (Paddle Lite here; ONNX: test_matrix_nms.py) the artifact gives
 the rows and counts itself."""
 from __future__ import annotations
 

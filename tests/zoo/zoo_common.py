@@ -29,7 +29,7 @@ CUSTOM_MODELS = ["vit_tiny", "se_cnn", "unet_seg", "two_input", "two_output",
                  # a text model on int64 token ids (embedding + 2 encoder blocks)
                  "text_cls",
                  # detectors: multiclass_nms3 in the graph, and raw outputs (tests/zoo/detector_cells.py)
-                 "det_nms", "det_raw"]
+                 "det_nms", "det_matrix", "det_raw"]
 MODELS = ARCHS + CUSTOM_MODELS
 # key -> (table heading, api.build arguments)
 COLUMNS = {
@@ -212,7 +212,9 @@ def render_table(results: dict[tuple[str, str], Cell], wall_s: float | None, *, 
         "program through paddle2onnx 2.1, the ONNX columns' first choice) or `legacy` (the ProgramDesc: "
         "Paddle Lite's only input, and the ONNX fallback). Recurrent models' INT8 cells keep the RNN in "
         "float; their size criterion is half the rest plus the recurrent weights. Detectors (det_nms: "
-        "PaddleDetection's multiclass_nms3 in the graph; det_raw: raw boxes and scores, NMS on the host) are "
+        "PaddleDetection's multiclass_nms3 in the graph; det_matrix: matrix_nms in the graph, which ONNX "
+        "has not: there the graph ends at boxes and scores and the runner's matrix_nms follows; det_raw: "
+        "raw boxes and scores, NMS on the host) are "
         "judged on detections: mAP@0.5 against the labelled boxes, the artifact's within 10 points of the "
         "float model's (fp32: 0.5), and on ONNX the same detections at batch 1 and 4 (verify.batches); "
         "no size criterion (a 40 KB model is mostly the quantization scales).",

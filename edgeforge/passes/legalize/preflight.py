@@ -90,6 +90,8 @@ print("\n".join(get_all_supported_operators()))
 
 
 _CONVERTED_THROUGH_PIR = frozenset({"scale"})
+# ops edgeforge takes out of the graph it hands paddle2onnx (passes/pir_nms.py): the runner runs them
+_MOVED_TO_POSTPROCESS = frozenset({"matrix_nms"})
 
 
 def _run_child(code: str, *args: str, python: str | None = None) -> str | None:
@@ -132,7 +134,7 @@ def supported_ops(backend: str, valid_targets: tuple[str, ...] = ()) -> frozense
         ops = frozenset(line.strip() for line in (out or "").splitlines() if line.strip())
         # paddle2onnx 2.x converts a legacy program through PIR (passes/onnx.py), where ops its
         # legacy list no longer names still convert (measured: scale, in vit_tiny's attention)
-        return (ops | _CONVERTED_THROUGH_PIR) if ops else None
+        return (ops | _CONVERTED_THROUGH_PIR | _MOVED_TO_POSTPROCESS) if ops else None
     return None
 
 
