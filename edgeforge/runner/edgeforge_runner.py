@@ -478,6 +478,22 @@ def box_iou(box, others, normalized=True):
 NMS_MAX_CANDIDATES = 10000      # per class and image, whatever nms_top_k asks
 
 
+def _nms_limits(nms_top_k, keep_top_k, cap):
+    """(candidates per class, rows per image): -1 or more than the bounds means the bounds."""
+    top = cap if int(nms_top_k) < 0 else min(int(nms_top_k), cap)
+    return top, NMS_MAX_KEEP if int(keep_top_k) < 0 else min(int(keep_top_k), NMS_MAX_KEEP)
+
+
+def _class_candidates(scores, above, background_label, top):
+    """Per class of one image's ``scores [C, A]`` but ``background_label``: (class, its scores,
+    the indices of its ``top`` best boxes where ``above`` holds, best first; ties by index)."""
+    for c, sc in enumerate(scores):
+        if c == int(background_label):
+            continue
+        idx = np.nonzero(above[c])[0]
+        yield c, sc, idx[np.argsort(-sc[idx], kind="stable")][:top]
+
+
 def nms(boxes, scores, score_threshold=0.05, iou_threshold=0.5, keep_top_k=100, nms_top_k=-1, normalized=True,
         background_label=-1, nms_eta=1.0):
     """Multi-class NMS of raw detector outputs, PicoDet style: ``boxes [N, A, 4]``, ``scores
@@ -488,16 +504,11 @@ def nms(boxes, scores, score_threshold=0.05, iou_threshold=0.5, keep_top_k=100, 
     each kept box while above 0.5); per image the ``keep_top_k`` best."""
     boxes = np.asarray(boxes, dtype=np.float64)
     scores = np.asarray(scores, dtype=np.float64)
-    top = NMS_MAX_CANDIDATES if int(nms_top_k) < 0 else min(int(nms_top_k), NMS_MAX_CANDIDATES)
-    keep_top_k = NMS_MAX_KEEP if int(keep_top_k) < 0 else min(int(keep_top_k), NMS_MAX_KEEP)
+    top, keep_top_k = _nms_limits(nms_top_k, keep_top_k, NMS_MAX_CANDIDATES)
     rows, counts = [], []
     for b, s in zip(boxes, scores):
         found = []
-        for c, sc in enumerate(s):
-            if c == int(background_label):
-                continue
-            idx = np.nonzero(sc >= score_threshold)[0]
-            idx = idx[np.argsort(-sc[idx], kind="stable")][:top]
+        for c, sc, idx in _class_candidates(s, s >= score_threshold, background_label, top):
             kept, thr = [], float(iou_threshold)
             for i in idx:
                 if not kept or box_iou(b[i], b[kept], normalized).max() <= thr:
@@ -527,18 +538,12 @@ def matrix_nms(boxes, scores, score_threshold=0.05, post_threshold=0.05, nms_top
     most ``MATRIX_NMS_MAX_CANDIDATES`` boxes per class and image enter the matrix."""
     boxes = np.asarray(boxes, dtype=np.float32)
     scores = np.asarray(scores, dtype=np.float32)
-    cap = MATRIX_NMS_MAX_CANDIDATES
-    top = cap if int(nms_top_k) < 0 else min(int(nms_top_k), cap)
-    keep_top_k = NMS_MAX_KEEP if int(keep_top_k) < 0 else min(int(keep_top_k), NMS_MAX_KEEP)
+    top, keep_top_k = _nms_limits(nms_top_k, keep_top_k, MATRIX_NMS_MAX_CANDIDATES)
     one = np.float32(0.0 if normalized else 1.0)
     rows, counts = [], []
     for b, s in zip(boxes, scores):
         found = []
-        for c, sc in enumerate(s):
-            if c == int(background_label):
-                continue
-            idx = np.nonzero(sc > np.float32(score_threshold))[0]
-            idx = idx[np.argsort(-sc[idx], kind="stable")][:top]
+        for c, sc, idx in _class_candidates(s, s > np.float32(score_threshold), background_label, top):
             if not len(idx):
                 continue
             bx, sv = b[idx], sc[idx]
