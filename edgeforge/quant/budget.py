@@ -208,6 +208,20 @@ def contiguous_alternatives(keep: list[str], order: list[str], base: list[str] =
     return out
 
 
+def alternatives_within(keep: list[str], order: list[str], base: list[str], weights: dict[str, int],
+                        share: float) -> tuple[list[list[str]], list[list[str]]]:
+    """:func:`contiguous_alternatives` split into those that add at most ``share`` of all the
+    ``weights`` (float bytes per layer) in float over ``keep``, and those that add more (an INT8
+    model in substance stays one): ``(within, beyond)``."""
+    total = max(1, sum(weights.values()))
+    kept = sum(weights.get(k, 0) for k in keep)
+    within, beyond = [], []
+    for alt in contiguous_alternatives(keep, order, base):
+        extra = sum(weights.get(k, 0) for k in alt) - kept
+        (within if extra <= share * total else beyond).append(alt)
+    return within, beyond
+
+
 def better(budget: Budget, a: dict, b: dict) -> bool:
     if budget.labelled or budget.task_drop is not None:
         return (a["accuracy_drop"], -a["cosine"]) < (b["accuracy_drop"], -b["cosine"])
