@@ -7,9 +7,19 @@ import sys
 from pathlib import Path
 
 
+def _sighup_default():
+    import signal
+
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def run_cli_subprocess(*args, timeout=120, **kw):
+    """``edgeforge ARGS`` in a child the tests may signal. Its SIGHUP starts at the default
+    disposition, as a terminal's session gives it: under ``nohup`` (a CI runner started that
+    way) the child would inherit SIGHUP ignored and, by design, keep ignoring it."""
     exe = Path(sys.executable).with_name("edgeforge")
     env = dict(os.environ, COLUMNS="160")
+    kw.setdefault("preexec_fn", _sighup_default)
     return subprocess.Popen([str(exe), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, **kw)
 

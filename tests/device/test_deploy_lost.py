@@ -21,6 +21,7 @@ import pytest
 from edgeforge.device.release.deploy import deploy
 from edgeforge.options import BenchOptions
 
+from devhelpers import _sighup_default
 from test_deploy import NAME, current_id, history, releases_on_disk, top
 from test_deploy import _versions  # noqa: F401  (the session fixture "versions")
 
@@ -50,7 +51,8 @@ def start_deploy(build, inv, *extra, pause=None, tmp_path):
         env["EDGEFORGE_DEPLOY_PAUSE"] = f"{pause}:{tmp_path / 'paused'}"
     return subprocess.Popen([str(EXE), "deploy", str(build), "--device", "local", "--inventory", str(inv), "-q",
                              "--json", "--retries", "1", *map(str, extra)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_sighup_default)       # signalled by test_deploy_signals
 
 
 def kill_smoke_runners(marker: str) -> None:
