@@ -158,7 +158,7 @@ class QatPass(Pass):
         tracked), unless --calibration pinned one. Quantized: the op types the fine-tune
         fake-quantized (PaddleSlim's Conv2D and Linear: ONNX Conv, ConvTranspose, MatMul, Gemm),
         not the residual Adds, Concats and pools it never trained with a scale on."""
-        from ..quant.onnx_ptq import ATTENTION_OP_TYPES, pre_process
+        from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES, pre_process
         from .quantize import OnnxQuantizePass, calibration_batches, quiet_stdout
 
         quant = self.config.quant
@@ -170,7 +170,7 @@ class QatPass(Pass):
             pre_process(fp32, pre)
         ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model")
         out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
-                          list(quant.keep_float), {}, list(ATTENTION_OP_TYPES))
+                          list(quant.keep_float), {}, list(INT8_KERNEL_OP_TYPES))
         return out, algo
 
     def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:

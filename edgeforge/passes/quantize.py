@@ -22,6 +22,7 @@ from pydantic import Field
 
 from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
+from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
@@ -364,31 +365,29 @@ class OnnxQuantizePass(Pass):
 
     def _narrower(self, ctx: PassContext, pre: Path, fit, first):
         """The budget kept layers in float with every op onnxruntime supports quantized: fit it
-        again with only the INT8-kernel ops (``ATTENTION_OP_TYPES``) quantized, and keep the fit
+        again with only the INT8-kernel ops (``INT8_KERNEL_OP_TYPES``) quantized, and keep the fit
         with the fewest float weight bytes (then the fewest float layers; a met budget first).
         A CNN's residual Adds, channel-shuffle Concats and pools carry per-tensor scales that no
         layer kept in float removes: zoo mobilenet_v2 needed 52 of 53 layers in float with them
         quantized (docs/conformance.md, 2026-12-03). Records ``accuracy_budget.op_sets``."""
-        from ..quant.onnx_ptq import ATTENTION_OP_TYPES
-
-        narrow = list(ATTENTION_OP_TYPES)
+        narrow = list(INT8_KERNEL_OP_TYPES)
         ctx.log(f"accuracy budget: fitting again with only {', '.join(narrow)} quantized")
-        second = fit(narrow)
         weights = _weight_bytes(pre)
-        fits = [(None, first), (narrow, second)]
-
-        def cost(item):
-            meta = item[1][1][1]
+        fits = []                          # (op set, (quantize, (model, meta, plain)), record)
+        for ops, done in ((None, first), (narrow, fit(narrow))):
+            meta = done[1][1]
             keep = meta.get("keep_float") or []
-            return (not meta["accuracy_budget"]["met"], sum(weights.get(k, 0) for k in keep), len(keep))
-
-        chosen = min(fits, key=cost)       # min keeps the first (onnxruntime's default) on a tie
+            fits.append((ops, done, {"op_types": ops or "onnxruntime default (every op it supports)",
+                                     "met": meta["accuracy_budget"]["met"],
+                                     "float_weight_bytes": sum(weights.get(k, 0) for k in keep),
+                                     "float_layers": len(keep)}))
+        # a met budget first, then the fewest float weight bytes, then layers; min keeps the default on a tie
+        chosen = min(fits, key=lambda f: (not f[2]["met"], f[2]["float_weight_bytes"], f[2]["float_layers"]))
+        for f in fits:
+            f[2]["chosen"] = f is chosen
         self.op_types = chosen[0]
-        sets = [{"op_types": ops or "onnxruntime default (every op it supports)", "met": not c[0],
-                 "float_weight_bytes": c[1], "float_layers": c[2], "chosen": item is chosen}
-                for item in fits for ops, c in [(item[0], cost(item))]]
         quantize, result = chosen[1]
-        result[1]["accuracy_budget"]["op_sets"] = sets
+        result[1]["accuracy_budget"]["op_sets"] = [f[2] for f in fits]
         return quantize, result
 
     def _fastest(self, ctx: PassContext, fp32: Path, models: tuple, meta: dict, requantize, data) -> Path:
@@ -453,7 +452,7 @@ class OnnxQuantizePass(Pass):
         return model
 
 
-ONNX_QUANTIZABLE = ("Conv", "Gemm", "MatMul", "ConvTranspose")
+ONNX_QUANTIZABLE = tuple(INT8_KERNEL_OP_TYPES)     # the layers the budget keeps in float or INT8
 ALT_MAX_FLOAT_SHARE = 0.10       # _fastest: float weights a speed alternative may add (share of all)
 
 

@@ -239,6 +239,8 @@ def onnx_rank(float_model: Path, qdq_model: Path, feeds: dict[str, np.ndarray], 
     from onnxruntime.quantization.qdq_loss_debug import (collect_activations, create_activation_matching,
                                                          modify_model_output_intermediate_tensors)
 
+    from .onnx_ptq import INT8_KERNEL_OP_TYPES
+
     class Reader(CalibrationDataReader):
         def __init__(self):
             self._it = iter([feeds])
@@ -264,7 +266,7 @@ def onnx_rank(float_model: Path, qdq_model: Path, feeds: dict[str, np.ndarray], 
     q_src = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
     ranking = []
     for node in model.graph.node:
-        if node.op_type not in ("Conv", "Gemm", "MatMul", "ConvTranspose") or not node.name:
+        if node.op_type not in INT8_KERNEL_OP_TYPES or not node.name:
             continue
         # SQNR of what arrives (before this node's input quantization) and of what leaves.
         ins = [sq(src, "pre_qdq") for src in (q_src.get(dq_src.get(i, ""), None) for i in node.input) if src]

@@ -284,7 +284,8 @@ def pre_process(src, dst) -> dict:
     raise AssertionError("unreachable")
 
 
-ATTENTION_OP_TYPES = ["Conv", "ConvTranspose", "MatMul", "Gemm"]
+# the op types with INT8 kernels: what attention and NMS graphs, the budget's second fit and QAT quantize
+INT8_KERNEL_OP_TYPES = ["Conv", "ConvTranspose", "MatMul", "Gemm"]
 
 
 def op_types_to_quantize(model_path) -> list[str] | None:
@@ -305,4 +306,4 @@ def op_types_to_quantize(model_path) -> list[str] | None:
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
     narrow = any(n.op_type in ("Softmax", "NonMaxSuppression") for n in graph.node)
-    return list(ATTENTION_OP_TYPES) if narrow else None
+    return list(INT8_KERNEL_OP_TYPES) if narrow else None

@@ -557,14 +557,14 @@ def matrix_nms(boxes, scores, score_threshold=0.05, post_threshold=0.05, nms_top
             with np.errstate(divide="ignore", invalid="ignore"):
                 iou = np.where(apart, np.float32(0), inter / (area[:, None] + area[None, :] - inter))
                 lower = np.tril(iou, -1).astype(np.float32)             # [i, j]: box i against j above it
-                iou_max = lower.max(axis=1) if len(idx) > 1 else np.zeros(1, np.float32)
+                iou_max = lower.max(axis=1)
                 if use_gaussian:
                     decay = np.exp((iou_max[None, :] ** 2 - lower ** 2) * np.float32(gaussian_sigma))
                 else:
                     decay = (np.float32(1) - lower) / (np.float32(1) - iou_max[None, :])
             above = np.tril(np.ones_like(lower, dtype=bool), -1)
             decay = np.where(above & ~np.isnan(decay), decay, np.float32(1))
-            ds = np.minimum(decay.min(axis=1), np.float32(1)) * sv
+            ds = decay.min(axis=1) * sv        # the first box: no box above it, decay 1
             for i in np.nonzero(ds > np.float32(post_threshold))[0]:
                 found.append((c, ds[i], *bx[i][:4]))
         order = sorted(range(len(found)), key=lambda k: -found[k][1])[:keep_top_k]
@@ -613,7 +613,7 @@ def postprocess(outputs, post):
     if op == "matrix_nms":
         rows, counts = matrix_nms(outputs[int(post.get("boxes", 0))], outputs[int(post.get("scores", 1))],
                                   float(post.get("score_threshold", 0.05)), float(post.get("post_threshold", 0.05)),
-                                  int(post.get("nms_top_k", -1)), min(int(post.get("keep_top_k", 100)), NMS_MAX_KEEP),
+                                  int(post.get("nms_top_k", -1)), int(post.get("keep_top_k", 100)),
                                   bool(post.get("use_gaussian", False)), float(post.get("gaussian_sigma", 2.0)),
                                   int(post.get("background_label", 0)), bool(post.get("normalized", True)))
         return {"rows": rows, "counts": counts}

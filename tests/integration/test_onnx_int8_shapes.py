@@ -91,7 +91,7 @@ def test_attention_graph_quantizes_only_int8_kernel_ops(tmp_path):
     get no Q/DQ (onnxruntime's default puts pairs inside them)."""
     import onnx
 
-    from edgeforge.quant.onnx_ptq import ATTENTION_OP_TYPES
+    from edgeforge.quant.onnx_ptq import INT8_KERNEL_OP_TYPES as ATTENTION_OP_TYPES
 
     root = tiny_project(tmp_path / "proj", "attention", ATTENTION, [-1, 8, 32])
     res = api.build(root, "linux-x86", out=tmp_path / "out")
