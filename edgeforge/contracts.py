@@ -225,6 +225,17 @@ def host_arithmetic(target, backend: str | None = None, precision: str = "int8",
     if precision != "int8":
         return {"kind": HOST_KERNELS, "why": f"a {precision} artifact has no INT8 kernels"}
     same, why = host_can_time(target, backend, machine)
+    if same and machine is None:
+        from .quant.arithmetic import kernel_probe
+
+        probe = kernel_probe()
+        if not probe["sound"]:
+            shapes = ", ".join(f"{cin}->{cout} channels" for cin, cout, _ in probe["wrong"])
+            return {"kind": EXACT_QDQ, "host_kernels": "unsound", "probe": probe,
+                    "why": f"this host's onnxruntime {probe['onnxruntime']} INT8 CPU kernels miscompute "
+                           f"QLinearConv (probe convs {shapes}; onnxruntime#26324, CPUs with AVX512-VNNI "
+                           "and AMX): judged by the graph's exact QDQ arithmetic, which a correct kernel "
+                           "computes; this host's own CPU provider will not"}
     if same:
         return {"kind": HOST_KERNELS,
                 "why": f"{target.name} runs this host's CPUExecutionProvider: its INT8 kernels are the "

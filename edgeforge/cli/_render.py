@@ -102,6 +102,13 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     if fk and not fk.get("enabled", True):
         con.print(f"[yellow]fast KL off: {escape_text(fk.get('reason') or '?')}; "
                   "Paddle's own KL search ran (much slower)[/yellow]", soft_wrap=False)
+    arith = (m.get("quantization") or {}).get("arithmetic") or {}
+    if arith.get("host_kernels") == "unsound":
+        probe = arith.get("probe") or {}
+        con.print(escape_text(f"host INT8 kernels unsound: onnxruntime {probe.get('onnxruntime', '?')} on this CPU "
+                              "miscomputes QLinearConv (onnxruntime#26324). Figures are the graph's exact QDQ "
+                              "arithmetic; this host's own CPU provider computes other outputs."),
+                  style="yellow", soft_wrap=False)
     qat = m.get("qat") or {}
     if qat.get("entered"):
         con.print(escape_text(f"QAT ({qat.get('steps')} steps, {qat.get('seconds')}s): shipped "

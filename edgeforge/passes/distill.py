@@ -13,24 +13,34 @@ from __future__ import annotations
 
 import json
 import threading
+
+import numpy as np
 import time
 from pathlib import Path
 
 
 def distill(paddle, student, teacher, arrays: dict, names: list[str], settings: dict,
-            progress: Path) -> dict:
-    """Train ``student`` in place. ``settings``: steps, max_seconds, lr, batch_size.
-    Returns ``{"losses", "seconds", "stopped_by"}``."""
-    import numpy as np
-
-    student.train()
-    for sub in student.sublayers():
-        if isinstance(sub, paddle.nn.layer.norm._BatchNormBase):
-            sub.eval()
-    opt = paddle.optimizer.Adam(learning_rate=float(settings["lr"]), parameters=student.parameters())
+            progress: Path, extra: list | None = None, train_mode: bool = True) -> dict:
+    """Train ``student`` in place. ``settings``: steps, max_seconds, lr, batch_size (and
+    ``extra_lr``, the learning rate of ``extra``: parameters outside the model, such as
+    fake-quant ranges). ``train_mode``: the student in training mode (PaddleSlim's fake quant
+    tracks its scales there), with batch norm and dropout still in eval; else all in eval.
+    Returns ``{"losses", "seconds", "stopped_by", "augment"}``."""
+    if train_mode:
+        student.train()
+        for sub in student.sublayers():
+            if isinstance(sub, (paddle.nn.layer.norm._BatchNormBase, paddle.nn.Dropout)):
+                sub.eval()
+    else:
+        student.eval()
+    groups = [{"params": student.parameters()}]
+    if extra:
+        groups.append({"params": extra, "learning_rate": float(settings["extra_lr"]) / float(settings["lr"])})
+    opt = paddle.optimizer.Adam(learning_rate=float(settings["lr"]), parameters=groups)
     batch = int(settings["batch_size"])
     n = len(arrays[names[0]])
     rng = np.random.default_rng(0)
+    augment = augmentable(arrays, names)
     losses: list[float] = []
     t0 = time.perf_counter()
     stopped_by = "steps"
@@ -40,7 +50,10 @@ def distill(paddle, student, teacher, arrays: dict, names: list[str], settings: 
                 stopped_by = "max_seconds"
                 break
             idx = rng.choice(n, size=min(batch, n), replace=False)
-            feeds = [paddle.to_tensor(arrays[k][idx]) for k in names]
+            batch_arrays = [arrays[k][idx] for k in names]
+            if augment:
+                batch_arrays = [mix_and_shift(rng, a, arrays[names[0]]) for a in batch_arrays]
+            feeds = [paddle.to_tensor(a) for a in batch_arrays]
             with paddle.no_grad():
                 ref = outputs(teacher(*feeds))
             got = outputs(student(*feeds))
@@ -53,7 +66,31 @@ def distill(paddle, student, teacher, arrays: dict, names: list[str], settings: 
                                    "seconds": round(time.perf_counter() - t0, 2)}) + "\n")
             prog.flush()
     student.eval()
-    return {"losses": losses, "seconds": time.perf_counter() - t0, "stopped_by": stopped_by}
+    return {"losses": losses, "seconds": time.perf_counter() - t0, "stopped_by": stopped_by,
+            "augment": "mixup + shift of up to 2 px" if augment else None}
+
+
+MAX_SHIFT = 2
+
+
+def augmentable(arrays: dict, names: list[str]) -> bool:
+    """One float NCHW image input: each batch is then a mixup of two calibration images
+    shifted by up to ``MAX_SHIFT`` pixels. With 32 images a fine-tune that sees them as they
+    are learns them and not the model (measured: docs/qat.md)."""
+    import numpy as np
+
+    a = arrays[names[0]]
+    return len(names) == 1 and a.ndim == 4 and np.issubdtype(a.dtype, np.floating) and min(a.shape[2:]) > 4 * MAX_SHIFT
+
+
+def mix_and_shift(rng, batch, pool):
+    """``batch`` mixed with random images of ``pool`` (weights uniform in [0, 1]), then rolled
+    by up to ``MAX_SHIFT`` pixels in each direction."""
+    other = pool[rng.integers(0, len(pool), len(batch))]
+    lam = rng.uniform(0.0, 1.0, (len(batch),) + (1,) * (batch.ndim - 1)).astype(batch.dtype)
+    mixed = lam * batch + (1 - lam) * other
+    dy, dx = (int(v) for v in rng.integers(-MAX_SHIFT, MAX_SHIFT + 1, 2))
+    return np.roll(mixed, (dy, dx), axis=(2, 3)).astype(batch.dtype)
 
 
 def outputs(out) -> list:

@@ -96,7 +96,7 @@ class QatPass(Pass):
         else:
             from ..contracts import host_arithmetic
 
-            qat_model, algo = self._quantize(ctx, self._convert(ctx), inp.meta)
+            qat_model, algo = self._quantize(ctx, self._convert(ctx), record)
             left = [k for k in float_layers(qat_model) if k not in user_float]
             arith = host_arithmetic(ctx.target, ctx.backend)     # the target's INT8 arithmetic, as PTQ's budget
             m_qat = budget.measure(runner_outputs(qat_model, feeds, arith), reference, labels)
@@ -137,6 +137,10 @@ class QatPass(Pass):
         cfg: QatConfig = self.config
         settings = {"steps": cfg.steps, "max_seconds": cfg.max_seconds, "lr": cfg.lr, "batch_size": cfg.batch_size,
                     "weight_bits": weight_bits}
+        if cfg.backend != "lite":      # fake quant of the graph onnxruntime ships, in the target's scheme
+            scheme = _scheme(ctx)
+            settings["simulate"] = {"activations": scheme.activations, "symmetric": scheme.symmetric_activations,
+                                    "reduce_range": scheme.reduce_range}
         return run_tune_job(ctx, self.name, "QAT fine-tune", qat_job, settings, ctx.workdir / "qat" / "program",
                             label="QAT", hint="--no-qat ships the PTQ result")
 
@@ -152,13 +156,16 @@ class QatPass(Pass):
         check_converted(self.name, out)
         return out
 
-    def _quantize(self, ctx: PassContext, fp32: Path, ptq_meta: dict) -> tuple[Path, str]:
+    def _quantize(self, ctx: PassContext, fp32: Path, record: dict) -> tuple[Path, str]:
         """The tuned float model through quantize.onnx's own quantizer and target scheme.
-        Calibration: moving-average min/max (what the fine-tune's activation fake quant
-        tracked), unless --calibration pinned one. Quantized: the op types the fine-tune
-        fake-quantized (PaddleSlim's Conv2D and Linear: ONNX Conv, ConvTranspose, MatMul, Gemm),
-        not the residual Adds, Concats and pools it never trained with a scale on."""
+        Quantized: what the fine-tune fake-quantized, the inputs and outputs of Conv,
+        ConvTranspose, MatMul and Gemm (a Relu or Clip after one folds into its output's
+        range), not the residual Adds, Concats and pools it never trained with a range on.
+        Ranges: the learned ones (``record``'s, mapped onto the graph by
+        :mod:`edgeforge.quant.qat_ranges`); the rest by moving-average min/max calibration,
+        unless --calibration pinned another."""
         from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES, pre_process
+        from ..quant.qat_ranges import FOLDED_ACTIVATIONS, onnx_overrides
         from .quantize import OnnxQuantizePass, calibration_batches, quiet_stdout
 
         quant = self.config.quant
@@ -168,9 +175,12 @@ class QatPass(Pass):
         pre = ctx.workdir / "qat" / "pre.onnx"
         with quiet_stdout():
             pre_process(fp32, pre)
-        ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model")
+        overrides, mapped = onnx_overrides(pre, record.get("kernels") or [], record.get("ranges") or [])
+        record["learned_ranges"] = mapped
+        ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model, "
+                f"{mapped['mapped']} learned range(s)")
         out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
-                          list(quant.keep_float), {}, list(INT8_KERNEL_OP_TYPES))
+                          list(quant.keep_float), {}, list(INT8_KERNEL_OP_TYPES) + list(FOLDED_ACTIVATIONS), overrides)
         return out, algo
 
     def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:

@@ -17,8 +17,10 @@ Runs in a child process (:func:`edgeforge.native.run_native`): the user's model 
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
+CALIBRATION_PROBE = 256      # calibration inputs that set the starting ranges, at most
 QAT_CONFIG = {"weight_quantize_type": "channel_wise_abs_max",
               "activation_quantize_type": "moving_average_abs_max",
               "weight_bits": 8, "activation_bits": 8, "moving_rate": 0.9,
@@ -51,8 +53,6 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     paddle = import_paddle()
     paddle.disable_static()
     paddle.seed(0)
-    with quiet_stdout():
-        from paddleslim import QAT
     teacher = build_layer(paddle, root, factory, weights)
     student = build_layer(paddle, root, factory, weights)
     arrays = dict(np.load(data))
@@ -65,11 +65,28 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     # the parameters the fake-quant wrappers train in place, by their names in the plain model
     tuned = dict(student.named_parameters())
     before = {k: v.numpy().copy() for k, v in tuned.items()}
-    config = dict(QAT_CONFIG, weight_bits=int(settings.get("weight_bits", 8)))
-    quanter = QAT(config=config)
-    with quiet_stdout():
-        quanter.quantize(student)
-    run = distill(paddle, student, teacher, arrays, names, settings, progress)
+    simulate = settings.get("simulate")
+    if simulate:           # the ONNX backend: fake quant of the graph onnxruntime ships
+        from .fake_quant import Grid, Simulator
+
+        grid = Grid.from_scheme(simulate["activations"], bool(simulate["symmetric"]), bool(simulate["reduce_range"]))
+        calib = [paddle.to_tensor(arrays[k][:CALIBRATION_PROBE]) for k in names]
+        sim = Simulator(paddle, student, grid, calib)
+        config = {"engine": "edgeforge fake quant (onnxruntime's QDQ graph)", "grid": asdict(grid),
+                  "weights": "per-channel symmetric abs-max", "activations": "learned ranges (calibration min/max to start)",
+                  "quantized": "every Conv2D/Linear input and output (a ReLU/ReLU6 that reads the output: its output)"}
+        run = distill(paddle, student, teacher, arrays, names, dict(settings, extra_lr=settings.get("range_lr", 1e-3)),
+                      progress, extra=sim.parameters(), train_mode=False)
+        learned = {"kernels": sim.kernel_signatures(), "ranges": sim.learned_ranges()}
+    else:                  # Lite: PaddleSlim's QAT (Paddle's PTQ writes the program Lite converts)
+        with quiet_stdout():
+            from paddleslim import QAT
+        config = dict(QAT_CONFIG, weight_bits=int(settings.get("weight_bits", 8)))
+        quanter = QAT(config=config)
+        with quiet_stdout():
+            quanter.quantize(student)
+        run = distill(paddle, student, teacher, arrays, names, settings, progress)
+        learned = {}
     losses, seconds, stopped_by = run["losses"], run["seconds"], run["stopped_by"]
     # the tuned float weights in the plain (batch-norm folded) model: the same quantizer as
     # PTQ's then writes the target's INT8 scheme, so the contracts and conversions are PTQ's
@@ -85,7 +102,7 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
         jit_save(paddle, plain, str(out_dir / "model"), specs)
     for stray in out_dir.glob("model.pdiparams.info"):
         stray.unlink()
-    return {"steps": len(losses), "fused_conv_bn": fused, "seconds": round(seconds, 2), "stopped_by": stopped_by,
+    return {**learned, "augment": run["augment"], "steps": len(losses), "fused_conv_bn": fused, "seconds": round(seconds, 2), "stopped_by": stopped_by,
             "weights_moved_max_abs": round(moved, 6),
             "loss_curve": [round(x, 6) for x in losses], "config": config,
             "loss": "relative MSE of each output against the float model (distillation, no labels)"}

@@ -268,14 +268,16 @@ class OnnxQuantizePass(Pass):
     Config = QuantConfig
 
     def target_facts(self, ctx: PassContext):
-        from ..contracts import host_can_time, onnx_scheme
+        from ..contracts import host_arithmetic, host_can_time, onnx_scheme
 
         scheme, flag, _ = onnx_scheme(ctx.target, ctx.backend)
         timed = {} if host_can_time(ctx.target, ctx.backend)[0] else {"host_timed": False}
-        return {"scheme": scheme.model_dump(mode="json"), "chosen_by_cpu_flag": flag, **timed}
+        # the arithmetic that judges the fit (the host's kernels unless they are unsound)
+        return {"scheme": scheme.model_dump(mode="json"), "chosen_by_cpu_flag": flag, **timed,
+                "arithmetic": host_arithmetic(ctx.target, ctx.backend)["kind"]}
 
     def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str], ranges: dict,
-                  op_types: list[str] | None) -> Path:
+                  op_types: list[str] | None, overrides: dict | None = None) -> Path:
         from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
         from ..quant.onnx_ptq import float_inputs, paddle_kl_entropy, reuse_calibration, scheme_options
@@ -292,6 +294,8 @@ class OnnxQuantizePass(Pass):
         opts = scheme_options(self.scheme)      # the target runtime's INT8 scheme (set in run)
         opts["extra_options"]["CalibMovingAverage"] = algo == "avg"
         opts["op_types_to_quantize"] = op_types      # None: onnxruntime's default (run: op_sets)
+        if overrides:                                # tensor ranges a QAT fine-tune learned
+            opts["extra_options"]["TensorQuantOverrides"] = overrides
         hist = paddle_kl_entropy(algo.lower()) if algo in ("KL", "mse") else contextlib.nullcontext()
         # calibration covers the tensors of the op types quantized: one set of ranges per op set
         with quiet_stdout(), hist, reuse_calibration(ranges, (tuple(op_types or ()), algo)):

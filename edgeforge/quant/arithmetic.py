@@ -20,6 +20,7 @@ Float artifacts (fp32, fp16) always run with the host's default session.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 HOST_KERNELS = "host-cpu-kernels"
@@ -55,3 +56,62 @@ def predictor(model_path: str | Path, arithmetic: dict | str, threads: int | Non
     run.input_names = names
     run.session = sess
     return run
+
+
+# (input channels, output channels) of the probe convs: onnxruntime 1.23's fused QLinearConv
+# miscomputes the output channels past the last multiple of 16 for these on CPUs with
+# AVX512-VNNI and AMX-INT8 (measured on an Intel Xeon with AMX; onnxruntime#26324): shufflenet's
+# first conv (3 -> 24) and its 58-channel branches. 1.20.1 and CPUs without VNNI compute them right.
+PROBE_CONVS = ((3, 24), (16, 58))
+
+
+def _probe_model(path: Path, cin: int, cout: int, seed: int) -> None:
+    """x -> Q/DQ (uint8) -> Conv 3x3 (per-channel int8 weights, int32 bias) -> Q/DQ: the
+    graph quantize.onnx writes for linux-x86."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    ws = (rng.uniform(0.5, 2.0, cout) * 0.01).astype(np.float32)
+    arrays = {"xs": np.float32(0.02), "xz": np.uint8(128), "w": rng.integers(-127, 128, (cout, cin, 3, 3)).astype(np.int8),
+              "ws": ws, "wz": np.zeros(cout, np.int8), "b": rng.integers(-500, 500, cout).astype(np.int32),
+              "bs": (0.02 * ws).astype(np.float32), "bz": np.zeros(cout, np.int32),
+              "ys": np.float32(0.05), "yz": np.uint8(128)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bd"], axis=0),
+             helper.make_node("Conv", ["xd", "wd", "bd"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "kernel_probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, cin, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in arrays.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_probe() -> dict:
+    """Do this host's onnxruntime INT8 CPU kernels compute what a QDQ conv graph says?
+    ``{"sound": bool, "wrong": [(cin, cout, share of outputs off by more than one step)],
+    "onnxruntime": version}``. Runs :data:`PROBE_CONVS` once per process (~0.1 s)."""
+    import tempfile
+
+    import numpy as np
+    import onnxruntime as ort
+
+    wrong = []
+    with tempfile.TemporaryDirectory(prefix="edgeforge-probe-") as tmp:
+        for i, (cin, cout) in enumerate(PROBE_CONVS):
+            path = Path(tmp) / f"probe{i}.onnx"
+            _probe_model(path, cin, cout, seed=i)
+            x = np.random.default_rng(10 + i).uniform(-2.0, 2.0, (2, cin, 16, 16)).astype(np.float32)
+            fused = predictor(path, HOST_KERNELS, threads=1)({"x": x})[0]
+            exact = predictor(path, EXACT_QDQ, threads=1)({"x": x})[0]
+            off = float(np.mean(np.abs(fused - exact) > 0.05 * 1.01))       # 0.05: the output's step
+            if off > 0:
+                wrong.append((cin, cout, round(off, 4)))
+    return {"sound": not wrong, "wrong": wrong, "onnxruntime": ort.__version__}

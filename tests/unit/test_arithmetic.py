@@ -118,3 +118,33 @@ def test_exact_qdq_matches_onnx_reference_on_a_quantized_net(tmp_path):
     reference = ReferenceEvaluator(ref_model).run(None, {"x": x})[0]
     got = predictor(qdq, EXACT_QDQ)({"x": x})[0]
     assert np.allclose(got, reference, rtol=0, atol=1e-5), np.abs(got - reference).max()
+
+
+def test_the_kernel_probe_compares_the_hosts_kernels_with_the_graphs_arithmetic():
+    """The probe runs its convs both ways on this host; whatever it finds, the rule follows it:
+    linux-x86 is judged by the host's kernels only where they compute the QDQ graph."""
+    from edgeforge.quant.arithmetic import PROBE_CONVS, kernel_probe
+
+    probe = kernel_probe()
+    assert probe["sound"] == (probe["wrong"] == [])
+    assert {(cin, cout) for cin, cout, _ in probe["wrong"]} <= set(PROBE_CONVS)
+    assert all(0 < share < 1 for _, _, share in probe["wrong"])
+    rule = host_arithmetic(load_target("linux-x86"), "onnx")
+    assert rule["kind"] == (HOST_KERNELS if probe["sound"] else EXACT_QDQ), rule
+    if not probe["sound"]:
+        assert "onnxruntime#26324" in rule["why"] and rule["host_kernels"] == "unsound"
+
+
+def test_unsound_host_kernels_hand_the_judgement_to_the_exact_arithmetic(monkeypatch):
+    import edgeforge.quant.arithmetic as arithmetic
+
+    x86 = load_target("linux-x86")
+    for sound, kind in ((True, HOST_KERNELS), (False, EXACT_QDQ)):
+        probe = {"sound": sound, "wrong": [] if sound else [(3, 24, 0.01)], "onnxruntime": "1.23.2"}
+        monkeypatch.setattr(arithmetic, "kernel_probe", lambda p=probe: p)
+        assert host_arithmetic(x86, "onnx")["kind"] == kind
+        # a named machine is a question about the rule, not about this host's kernels
+        assert host_arithmetic(x86, "onnx", machine="x86_64")["kind"] == HOST_KERNELS
+        # fp16 and other targets are unaffected
+        assert host_arithmetic(x86, "onnx", "fp16")["kind"] == HOST_KERNELS
+        assert host_arithmetic(load_target("jetson-orin"), "onnx")["kind"] == EXACT_QDQ
