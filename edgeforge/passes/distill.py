@@ -13,20 +13,34 @@ from __future__ import annotations
 
 import json
 import threading
-
-import numpy as np
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 
-def distill(paddle, student, teacher, arrays: dict, names: list[str], settings: dict,
-            progress: Path, extra: list | None = None, train_mode: bool = True) -> dict:
-    """Train ``student`` in place. ``settings``: steps, max_seconds, lr, batch_size (and
+
+@dataclass
+class Plan:
+    """How :func:`distill` trains. ``settings``: steps, max_seconds, lr, batch_size (and
     ``extra_lr``, the learning rate of ``extra``: parameters outside the model, such as
-    fake-quant ranges). ``train_mode``: the student in training mode (PaddleSlim's fake quant
-    tracks its scales there), with batch norm and dropout still in eval; else all in eval.
-    Returns ``{"losses", "seconds", "stopped_by", "augment"}``."""
-    if train_mode:
+    fake-quant ranges). ``progress``: the JSON-lines file the parent tails. ``train_mode``: the
+    student in training mode (PaddleSlim's fake quant tracks its scales there), with batch norm
+    and dropout still in eval; else all in eval. ``augment``: mixup + shift of image batches
+    where the input allows it (:func:`augmentable`)."""
+
+    settings: dict
+    progress: Path
+    extra: list | None = None
+    train_mode: bool = True
+    augment: bool = True
+
+
+def distill(paddle, student, teacher, arrays: dict, names: list[str], plan: Plan) -> dict:
+    """Train ``student`` in place on ``arrays`` (by input name, in ``names`` order) as
+    ``plan`` says. Returns ``{"losses", "seconds", "stopped_by", "augment"}``."""
+    settings, progress, extra = plan.settings, plan.progress, plan.extra
+    if plan.train_mode:
         student.train()
         for sub in student.sublayers():
             if isinstance(sub, (paddle.nn.layer.norm._BatchNormBase, paddle.nn.Dropout)):
@@ -40,7 +54,7 @@ def distill(paddle, student, teacher, arrays: dict, names: list[str], settings: 
     batch = int(settings["batch_size"])
     n = len(arrays[names[0]])
     rng = np.random.default_rng(0)
-    augment = augmentable(arrays, names)
+    augment = plan.augment and augmentable(arrays, names)
     losses: list[float] = []
     t0 = time.perf_counter()
     stopped_by = "steps"
@@ -77,8 +91,6 @@ def augmentable(arrays: dict, names: list[str]) -> bool:
     """One float NCHW image input: each batch is then a mixup of two calibration images
     shifted by up to ``MAX_SHIFT`` pixels. With 32 images a fine-tune that sees them as they
     are learns them and not the model (measured: docs/qat.md)."""
-    import numpy as np
-
     a = arrays[names[0]]
     return len(names) == 1 and a.ndim == 4 and np.issubdtype(a.dtype, np.floating) and min(a.shape[2:]) > 4 * MAX_SHIFT
 

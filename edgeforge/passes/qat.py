@@ -97,6 +97,7 @@ class QatPass(Pass):
             from ..contracts import host_arithmetic
 
             qat_model, algo = self._quantize(ctx, self._convert(ctx), record)
+            record["simulation"] = simulation_check(ctx.workdir / "qat" / "simulated.npz", qat_model)
             left = [k for k in float_layers(qat_model) if k not in user_float]
             arith = host_arithmetic(ctx.target, ctx.backend)     # the target's INT8 arithmetic, as PTQ's budget
             m_qat = budget.measure(runner_outputs(qat_model, feeds, arith), reference, labels)
@@ -214,6 +215,28 @@ class QatPass(Pass):
         record["host"] = {"ptq_p50_ms": round(p50(samples["ptq"]), 4), "qat_p50_ms": round(p50(samples["qat"]), 4),
                           "ptq_samples_ms": [round(x, 5) for x in samples["ptq"]],
                           "qat_samples_ms": [round(x, 5) for x in samples["qat"]], "threads": threads, "note": NOTE}
+
+
+def simulation_check(simulated: Path, model: Path) -> dict | None:
+    """How closely the fine-tune's fake quant computed what ships: the shipped graph's exact
+    QDQ arithmetic against the simulated outputs, on the same calibration inputs."""
+    import numpy as np
+
+    from ..quant.arithmetic import EXACT_QDQ, predictor
+    from ..runner.edgeforge_runner import predict_all
+    from ..task.metrics import cosine
+
+    if not simulated.is_file():
+        return None
+    with np.load(simulated) as z:
+        run = predictor(model, EXACT_QDQ)
+        feeds = {name: z[f"input_{i}"] for i, name in enumerate(run.input_names)}
+        sim = [z[f"output_{i}"] for i in range(sum(1 for f in z.files if f.startswith("output_")))]
+    got = predict_all(run, feeds)
+    worst = min(cosine(g, s) for g, s in zip(got, sim))
+    rel = max(float(np.abs(g - s).max() / (np.abs(s).max() + 1e-12)) for g, s in zip(got, sim))
+    return {"inputs": int(len(next(iter(feeds.values())))), "cosine": round(worst, 6), "rel_max_abs_error": round(rel, 6),
+            "arithmetic": EXACT_QDQ}
 
 
 def _copy_all(src: Path, dst: Path) -> None:

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 CALIBRATION_PROBE = 256      # calibration inputs that set the starting ranges, at most
+SIMULATED = 16               # calibration inputs whose simulated outputs the parent checks
 QAT_CONFIG = {"weight_quantize_type": "channel_wise_abs_max",
               "activation_quantize_type": "moving_average_abs_max",
               "weight_bits": 8, "activation_bits": 8, "moving_rate": 0.9,
@@ -46,7 +47,7 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
     import numpy as np
 
     from ..paddle_env import import_paddle
-    from .distill import distill
+    from .distill import Plan, distill, outputs
     from .export import build_layer, jit_save
     from .quantize import quiet_stdout
 
@@ -75,9 +76,17 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
         config = {"engine": "edgeforge fake quant (onnxruntime's QDQ graph)", "grid": asdict(grid),
                   "weights": "per-channel symmetric abs-max", "activations": "learned ranges (calibration min/max to start)",
                   "quantized": "every Conv2D/Linear input and output (a ReLU/ReLU6 that reads the output: its output)"}
-        run = distill(paddle, student, teacher, arrays, names, dict(settings, extra_lr=settings.get("range_lr", 1e-3)),
-                      progress, extra=sim.parameters(), train_mode=False)
+        plan = Plan(dict(settings, extra_lr=settings.get("range_lr", 1e-3)), progress, extra=sim.parameters(),
+                    train_mode=False)
+        run = distill(paddle, student, teacher, arrays, names, plan)
         learned = {"kernels": sim.kernel_signatures(), "ranges": sim.learned_ranges()}
+        # what the simulation computes on a few calibration inputs: the parent compares the
+        # shipped graph's exact arithmetic with it (``simulation`` in the record)
+        with paddle.no_grad():
+            sim_out = outputs(student(*[paddle.to_tensor(arrays[k][:SIMULATED]) for k in names]))
+        np.savez(Path(progress).parent / "simulated.npz",
+                 **{f"input_{i}": arrays[k][:SIMULATED] for i, k in enumerate(names)},
+                 **{f"output_{i}": o.numpy() for i, o in enumerate(sim_out)})
     else:                  # Lite: PaddleSlim's QAT (Paddle's PTQ writes the program Lite converts)
         with quiet_stdout():
             from paddleslim import QAT
@@ -85,7 +94,7 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
         quanter = QAT(config=config)
         with quiet_stdout():
             quanter.quantize(student)
-        run = distill(paddle, student, teacher, arrays, names, settings, progress)
+        run = distill(paddle, student, teacher, arrays, names, Plan(settings, progress))
         learned = {}
     losses, seconds, stopped_by = run["losses"], run["seconds"], run["stopped_by"]
     # the tuned float weights in the plain (batch-norm folded) model: the same quantizer as
@@ -102,8 +111,8 @@ def _qat(root: Path, factory: str, weights: str | None, inputs: list[dict], data
         jit_save(paddle, plain, str(out_dir / "model"), specs)
     for stray in out_dir.glob("model.pdiparams.info"):
         stray.unlink()
-    return {**learned, "augment": run["augment"], "steps": len(losses), "fused_conv_bn": fused, "seconds": round(seconds, 2), "stopped_by": stopped_by,
-            "weights_moved_max_abs": round(moved, 6),
+    return {**learned, "augment": run["augment"], "steps": len(losses), "fused_conv_bn": fused,
+            "seconds": round(seconds, 2), "stopped_by": stopped_by, "weights_moved_max_abs": round(moved, 6),
             "loss_curve": [round(x, 6) for x in losses], "config": config,
             "loss": "relative MSE of each output against the float model (distillation, no labels)"}
 

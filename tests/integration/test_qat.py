@@ -39,6 +39,8 @@ def test_qat_build_ships_every_layer_int8_within_the_budget(qat_project, tmp_pat
     lr = q["learned_ranges"]
     assert lr["skipped"] == 0 and lr["mapped"] == lr["ranges"] == len(q["ranges"]) > 0, lr
     assert q["config"]["engine"].startswith("edgeforge fake quant") and q["augment"].startswith("mixup")
+    # and what ships computes what the fine-tune simulated (exact QDQ arithmetic, same inputs)
+    assert q["simulation"]["inputs"] == 16 and q["simulation"]["cosine"] > 0.9999, q["simulation"]
     assert q["measured"]["accuracy_drop"] <= 1.0 and q["fused_conv_bn"] == 3
     assert "quantize.qat" in [s["pass"] for s in m["steps"]]
     assert m["verify"]["status"] == "passed" and m["verify"]["accuracy_drop"] <= 1.0
