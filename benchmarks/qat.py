@@ -46,7 +46,12 @@ def _int8_seconds(manifest: dict) -> float:
 def run_model(arch: str, work: Path, steps: int, max_seconds: float) -> list[dict]:
     from edgeforge import api
     from edgeforge.quant.speed import interleaved, p50
+    from edgeforge.contracts import host_arithmetic
+    from edgeforge.quant.arithmetic import predictor
     from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.targets import load_target
+
+    arith = host_arithmetic(load_target("linux-x86"), "onnx")
 
     t0 = time.perf_counter()
     root, facts = digits_project(work / arch / "project", arch)
@@ -64,7 +69,8 @@ def run_model(arch: str, work: Path, steps: int, max_seconds: float) -> list[dic
         r = api.build(root, "linux-x86", out=work / arch / name.replace(" ", "").replace("+", "-"), **kw)
         wall = time.perf_counter() - t
         m = r.manifest
-        out = runner.predict_all(runner.onnx_predictor(r.out_dir / "model.onnx"), feeds)[0]
+        # verify's arithmetic: exact QDQ where this CPU's INT8 kernels are unsound (onnxruntime#26324)
+        out = runner.predict_all(predictor(r.out_dir / "model.onnx", arith), feeds)[0]
         q = m.get("qat") or {}
         rows.append({"model": arch, "variant": name, "float_layers": len(m["keep_float"]),
                      "cosine": m["verify"]["cosine"], "accuracy": float(np.mean(out.argmax(1) == labels)),

@@ -129,7 +129,8 @@ class QatSection(Strict):
     auto: bool = False                  # run it whenever PTQ keeps layers in float
     steps: int = Field(300, gt=0, le=100_000)
     max_seconds: float = Field(240.0, gt=0, le=86400)
-    lr: float = Field(1e-4, gt=0, le=1)
+    # Adam's learning rate; by default the engine's (passes.qat.DEFAULT_LR)
+    lr: Optional[float] = Field(None, gt=0, le=1)
     batch_size: int = Field(32, gt=0, le=4096)
 
 

@@ -14,8 +14,9 @@ So this module fake-quantizes exactly those tensors, with the target's scheme:
   the calibration data's min/max, as onnxruntime's MinMax calibration; zero always inside);
 - each Conv2D / Linear weight: per output channel, symmetric, from its own abs-max;
 - each Conv2D / Linear output: if an activation layer (ReLU, ReLU6) reads it
-  directly, that activation's output instead (onnxruntime folds the activation into the
-  quantization); otherwise the output itself.
+  directly, that activation's output instead (onnxruntime folds the activation into an
+  asymmetric range: its range starts at 0 and a ReLU6's ends at 6 at most); otherwise, and
+  with symmetric schemes (which keep the activation), the output itself.
 
 Ranges learn by the straight-through estimator (LSQ-style: the clipped values carry the
 gradient of the range). After the fine-tune, :func:`learned_ranges` gives each fake-quantized
@@ -28,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACTIVATIONS = ("ReLU", "ReLU6")          # outputs >= 0: onnxruntime folds them into the range
+CEILINGS = {"ReLU6": 6.0}                # a folded Clip's max: the range never passes it
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,12 @@ class Grid:
 
 
 def _ste_round(paddle, v):
-    return v + (paddle.round(v) - v).detach()
+    """Round half to even, as onnxruntime's QuantizeLinear (paddle.round rounds half away from
+    zero); the gradient passes straight through."""
+    r = paddle.round(v)
+    tie = paddle.abs(v - paddle.trunc(v)) == 0.5
+    r = paddle.where(tie, 2 * paddle.round(v / 2), r)
+    return v + (r - v).detach()
 
 
 def fake_quant(paddle, x, lo, hi, grid: Grid):
@@ -89,11 +96,21 @@ class Simulator:
         self.shared: dict[tuple[int, str], tuple[int, str]] = {}   # an input another kernel reads too
         self._fused_act = self._find_fused(probe)
         self._acts = {id(a) for a in self._fused_act.values()}
+        self._upstream = self._find_upstream([t[:8] for t in probe])
+        self._ceiling = {id(a): CEILINGS[type(a).__name__] for a in self._fused_act.values()
+                         if type(a).__name__ in CEILINGS}
+        # symmetric schemes keep the Relu/Clip (onnxruntime folds it only into an asymmetric
+        # range): the kernel's output is quantized too
+        self._folds = not grid.symmetric
         self._calibrate(probe)
         for k in self.kernels:
             k.forward = self._kernel_forward(k)
         for act in self._fused_act.values():
             act.register_forward_post_hook(self._act_hook)
+        for kid, layer in self._upstream.items():
+            key = self.shared.get((kid, "in"), (kid, "in"))
+            if key in self.ranges:
+                layer.register_forward_post_hook(self._upstream_hook(key))
 
     def parameters(self) -> list:
         """What trains besides the model's own parameters: the activation ranges."""
@@ -115,6 +132,44 @@ class Simulator:
         for h in hooks:
             h.remove()
         return fused
+
+    def _find_upstream(self, probe: list) -> dict:
+        """kernel id -> the layer (not a kernel, not a folded activation) whose output the kernel
+        reads, as a residual block's sum. onnxruntime quantizes that tensor once, for every
+        reader: the residual Add that also reads it reads the quantized values. So its range
+        is applied where it is produced, not inside the kernel."""
+        paddle = self.paddle
+        skip = {id(k) for k in self.kernels} | self._acts
+        made: dict[int, tuple] = {}          # id -> (the output, held so ids stay unique; its layer)
+        found: dict[int, object] = {}
+
+        def post(layer, inputs, out):
+            if isinstance(out, paddle.Tensor) and id(out) not in made:
+                made[id(out)] = (out, layer)  # the innermost layer that returns it
+
+        def pre(layer, inputs):
+            hit = made.get(id(inputs[0]))
+            if hit is not None:
+                found[id(layer)] = hit[1]
+
+        others = [m for m in self.model.sublayers() if id(m) not in skip]
+        hooks = [m.register_forward_post_hook(post) for m in others]
+        hooks += [k.register_forward_post_hook(lambda layer, i, o: made.__setitem__(id(o), (o, None)))
+                  for k in self.kernels]
+        hooks += [a.register_forward_post_hook(lambda layer, i, o: made.__setitem__(id(o), (o, None)))
+                  for a in self._fused_act.values()]
+        hooks += [k.register_forward_pre_hook(pre) for k in self.kernels]
+        with paddle.no_grad():
+            self.model(*probe)
+        for h in hooks:
+            h.remove()
+        return {kid: layer for kid, layer in found.items() if layer is not None}
+
+    def _upstream_hook(self, key):
+        def hook(layer, inputs, out):
+            r = self.ranges[key]
+            return fake_quant(self.paddle, out, r[0], r[1], self.grid)
+        return hook
 
     def _calibrate(self, probe: list) -> None:
         """Min/max of every tensor to be fake-quantized, on the calibration data (float model)."""
@@ -149,7 +204,7 @@ class Simulator:
             note(layer, "in", inputs[0])
 
         def kpost(layer, inputs, out):
-            if id(layer) not in self._fused_act:
+            if id(layer) not in self._fused_act or not self._folds:
                 note(layer, "out", out)
 
         def apost(layer, inputs, out):
@@ -176,20 +231,24 @@ class Simulator:
         # minimum and onnxruntime folds the Relu/Clip into it (a range below 0 keeps it apart
         # and, measured on shufflenet_v2, costs cosine 0.976 -> 0.935)
         lo = self.paddle.zeros_like(r[0]) if id(layer) in self._acts else r[0]
-        return fake_quant(self.paddle, t, lo, r[1], self.grid)
+        # a folded Clip(0, 6) is gone from the graph: a range past 6 would let values past 6 through
+        hi = self.paddle.minimum(r[1], self.paddle.full_like(r[1], self._ceiling[id(layer)])) \
+            if id(layer) in self._ceiling else r[1]
+        return fake_quant(self.paddle, t, lo, hi, self.grid)
 
     def _kernel_forward(self, k):
         F = self.paddle.nn.functional
         conv = isinstance(k, self.paddle.nn.Conv2D)
 
         def forward(x):
-            x = self._q(k, "in", x)
+            if id(k) not in self._upstream:      # else quantized where it was produced
+                x = self._q(k, "in", x)
             w = fake_quant_weight(self.paddle, k.weight, self.grid, 0 if conv else 1)
             if conv:
                 y = F.conv2d(x, w, k.bias, k._stride, k._padding, k._dilation, k._groups, k._data_format)
             else:
                 y = F.linear(x, w, k.bias)
-            return y if id(k) in self._fused_act else self._q(k, "out", y)
+            return y if id(k) in self._fused_act and self._folds else self._q(k, "out", y)
         return forward
 
     def _act_hook(self, layer, inputs, out):
@@ -221,6 +280,7 @@ class Simulator:
             if kid not in index:
                 continue
             act = id(layer) in owner
+            hi = min(hi, self._ceiling.get(id(layer), hi))
             out.append({"kernel": index[kid], "where": where, "fused_activation": act,
                         "range": [0.0 if act else min(lo, 0.0), max(hi, 0.0)]})
         return out

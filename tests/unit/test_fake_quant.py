@@ -105,3 +105,59 @@ def test_learned_ranges_find_their_tensors_by_the_kernels_weights(tmp_path):
     assert rec == {"mapped": 1, "ranges": 3, "skipped": 2} and list(overrides) == ["y"]
     overrides, rec = onnx_overrides(tmp_path / "m.onnx", [other], ranges[:1])
     assert overrides == {} and rec["mapped"] == 0 and "none of the model's 1" in rec["why"]
+
+
+def test_rounding_is_half_to_even_as_onnxruntimes_quantizelinear():
+    paddle = _paddle()
+    grid = Grid.from_scheme("uint8", False, False)
+    x = np.array([0.125, 0.375, 0.625, 1.125], np.float32)        # exact ties at scale 0.25
+    got = fake_quant(paddle, paddle.to_tensor(x), paddle.to_tensor(np.float32(0.0)),
+                     paddle.to_tensor(np.float32(255 * 0.25)), grid).numpy()
+    np.testing.assert_array_equal(got, [0.0, 0.5, 0.5, 1.0])
+
+
+def _residual_net(paddle):
+    nn = paddle.nn
+
+    class Block(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2D(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            return x + self.conv(x)
+
+    class Net(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.act, self.block = nn.Conv2D(3, 4, 3, padding=1), nn.ReLU6(), Block()
+            self.head = nn.Conv2D(4, 4, 1)
+
+        def forward(self, x):
+            y = self.block(self.act(self.stem(x)))
+            return self.head(y) + y            # y: read by a kernel and by a residual Add
+
+    paddle.seed(0)
+    return Net()
+
+
+def test_a_tensor_a_kernel_and_an_add_read_is_quantized_once_for_both():
+    from edgeforge.passes.fake_quant import Simulator
+
+    paddle = _paddle()
+    net = _residual_net(paddle)
+    net.eval()
+    x = paddle.to_tensor(np.random.default_rng(0).normal(0, 2, (8, 3, 8, 8)).astype(np.float32))
+    sim = Simulator(paddle, net, Grid.from_scheme("uint8", False, False), [x])
+    assert sim._upstream == {id(net.head): net.block}     # onnxruntime's Q/DQ sits on the block's sum
+    seen = {}
+    net.block.register_forward_post_hook(lambda layer, i, o: seen.__setitem__("y", o.numpy()))
+    with paddle.no_grad():
+        net(x)
+    lo, hi = (float(v) for v in sim.ranges[(id(net.head), "in")].numpy())
+    scale = (max(hi, 0) - min(lo, 0)) / 255
+    steps = seen["y"] / scale                                   # (q - zero point) * scale
+    assert np.abs(steps - np.round(steps)).max() < 1e-3        # what the Add reads is on the grid
+    # a ReLU6's range stops at 6 (its Clip folds away): never a value past 6
+    sim.ranges[(id(net.act), "out")].set_value(np.array([0.0, 9.0], np.float32))
+    assert [r["range"][1] for r in sim.learned_ranges() if r["fused_activation"]] == [6.0]
