@@ -207,7 +207,7 @@ def train_on_digits(layer, x: np.ndarray, y: np.ndarray, steps: int, batch: int,
 
 
 def digits_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64, size: int | None = None,
-                   seed: int = 0) -> tuple[Path, dict]:
+                   seed: int = 0, train_steps: int | None = None) -> tuple[Path, dict]:
     """A model project for a paddle.vision architecture with a 10-class head, trained briefly
     on sklearn's digits (``TRAIN_RECIPE``), for checks that need a trained network: random
     weights make deep BatchNorm nets chaotic (any perturbation is amplified on its way to the
@@ -228,6 +228,7 @@ def digits_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64,
     paddle.seed(seed)
     layer = getattr(models, arch)(pretrained=False, num_classes=10)
     steps, batch, lr = TRAIN_RECIPE.get(arch, TRAIN_RECIPE["*"])
+    steps = train_steps or steps
     facts = train_on_digits(layer, x[train], y[train], steps=steps, batch=batch, lr=lr, seed=seed)
     with paddle.no_grad():
         out = layer(paddle.to_tensor(x[ev]))
