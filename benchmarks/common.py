@@ -207,7 +207,7 @@ def train_on_digits(layer, x: np.ndarray, y: np.ndarray, steps: int, batch: int,
 
 
 def digits_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64, size: int | None = None,
-                   seed: int = 0, train_steps: int | None = None) -> tuple[Path, dict]:
+                   seed: int = 0, train_steps: int | None = None, labels: bool = False) -> tuple[Path, dict]:
     """A model project for a paddle.vision architecture with a 10-class head, trained briefly
     on sklearn's digits (``TRAIN_RECIPE``), for checks that need a trained network: random
     weights make deep BatchNorm nets chaotic (any perturbation is amplified on its way to the
@@ -236,7 +236,7 @@ def digits_project(root: Path, arch: str, calib: int = 32, evaluation: int = 64,
     facts.update(size=size, steps=steps, batch=batch, lr=lr, float_accuracy=float(np.mean(out.numpy().argmax(1) == y[ev])))
     paddle.save(layer.state_dict(), str(root / "weights.pdparams"))
     np.savez(root / "data/calib.npz", x=x[cal])
-    np.savez(root / "data/eval.npz", x=x[ev])
+    np.savez(root / "data/eval.npz", x=x[ev], **({"labels": y[ev].astype(np.int64)} if labels else {}))
     np.save(root / "data/labels.npy", y[ev])
     return root, facts
 

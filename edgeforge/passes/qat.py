@@ -20,6 +20,7 @@ from pydantic import Field
 
 from ..errors import ConfigError, PassError
 from ..native import run_native
+from ..quant.input_rounding import advice, input_rounding
 from .distill import run_tune_job
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 from .quantize import ONNX_QUANTIZABLE, QuantConfig, evaluation_set, make_budget, runner_outputs
@@ -98,7 +99,8 @@ class QatPass(Pass):
             left = []
             m_qat = budget.measure(paddle_inference(qat_model, feeds), reference, labels)
             m_ptq = budget.measure(paddle_inference(inp.path, feeds), reference, labels)
-            record.update(calibration=algo, arithmetic="paddle fake-quant program (simulated on the host)")
+            record.update(calibration=algo, arithmetic="paddle fake-quant program (simulated on the host)",
+                          input_rounding=None)
         else:
             from ..contracts import host_arithmetic
 
@@ -109,13 +111,16 @@ class QatPass(Pass):
             m_qat = budget.measure(runner_outputs(qat_model, feeds, arith), reference, labels)
             m_ptq = budget.measure(runner_outputs(inp.path / "model.onnx", feeds, arith), reference, labels)
             record.update(calibration=algo, arithmetic=arith["kind"])
+            record["input_rounding"] = input_rounding(qat_model, feeds, reference, labels,
+                                                      lambda f: _paddle_reference(ctx, f), budget)
         record.update(entered=True, entered_because=why_in, budget=budget.describe(), measured=m_qat,
                       float_layers=len(left), ptq={"float_layers": len(ptq_float) + len(user_float),
                                                    "measured": m_ptq})
         if left:
             record.update(shipped="ptq", why=f"QAT left {len(left)} layer(s) in float ({', '.join(left[:3])})")
         elif not budget.met(m_qat):
-            record.update(shipped="ptq", why=f"QAT missed the budget ({budget.describe()}): {budget.figure(m_qat)}")
+            record.update(shipped="ptq", why=f"QAT missed the budget ({budget.describe()}): {budget.figure(m_qat)}"
+                                            f"{advice(record.get('input_rounding'))}")
         else:
             record.update(shipped="qat", why=f"every layer INT8 within the budget: {budget.figure(m_qat)}")
         if lite:

@@ -42,6 +42,10 @@ def test_qat_build_ships_every_layer_int8_within_the_budget(qat_project, tmp_pat
     # and what ships computes what the fine-tune simulated (exact QDQ arithmetic, same inputs)
     assert q["simulation"]["inputs"] == 16 and q["simulation"]["cosine"] > 0.9999, q["simulation"]
     assert q["measured"]["accuracy_drop"] <= 1.0 and q["fused_conv_bn"] == 3
+    # the float model's own loss to its input's INT8 rounding: the floor under every layer INT8
+    ir = q["input_rounding"]
+    assert ir["inputs"] == ["x"] and ir["measured"]["accuracy_drop"] <= q["measured"]["accuracy_drop"] + 1.0
+    assert 0 <= ir["share_of_budget"] <= 1.0 and set(ir["grid"]["x"]) == {"scale", "zero_point", "range"}
     assert "quantize.qat" in [s["pass"] for s in m["steps"]]
     assert m["verify"]["status"] == "passed" and m["verify"]["accuracy_drop"] <= 1.0
     # a second build with other QAT settings is another cache key for the step
