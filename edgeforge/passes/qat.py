@@ -20,6 +20,7 @@ from pydantic import Field
 
 from ..errors import ConfigError, PassError
 from ..native import run_native
+from ..quant.budget import better
 from ..quant.input_rounding import advice, input_rounding
 from .distill import run_tune_job
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
@@ -116,13 +117,8 @@ class QatPass(Pass):
         record.update(entered=True, entered_because=why_in, budget=budget.describe(), measured=m_qat,
                       float_layers=len(left), ptq={"float_layers": len(ptq_float) + len(user_float),
                                                    "measured": m_ptq})
-        if left:
-            record.update(shipped="ptq", why=f"QAT left {len(left)} layer(s) in float ({', '.join(left[:3])})")
-        elif not budget.met(m_qat):
-            record.update(shipped="ptq", why=f"QAT missed the budget ({budget.describe()}): {budget.figure(m_qat)}"
-                                            f"{advice(record.get('input_rounding'))}")
-        else:
-            record.update(shipped="qat", why=f"every layer INT8 within the budget: {budget.figure(m_qat)}")
+        shipped, why = decide(budget, m_qat, m_ptq, left, ptq_float, record.get("input_rounding"))
+        record.update(shipped=shipped, why=why)
         if lite:
             record["host"] = None
         else:
@@ -227,6 +223,21 @@ class QatPass(Pass):
         record["host"] = {"ptq_p50_ms": round(p50(samples["ptq"]), 4), "qat_p50_ms": round(p50(samples["qat"]), 4),
                           "ptq_samples_ms": [round(x, 5) for x in samples["ptq"]],
                           "qat_samples_ms": [round(x, 5) for x in samples["qat"]], "threads": threads, "note": NOTE}
+
+
+def decide(budget, m_qat: dict, m_ptq: dict, left: list[str], ptq_float: list[str],
+           input_probe: dict | None = None) -> tuple[str, str]:
+    """Which result ships, and why: QAT when every layer is INT8 and the budget holds, else PTQ.
+    A miss says when the input's own rounding took much of the budget; a QAT asked for on a model
+    whose PTQ kept every layer INT8 too says when PTQ measured better (``--no-qat`` ships it)."""
+    if left:
+        return "ptq", f"QAT left {len(left)} layer(s) in float ({', '.join(left[:3])})"
+    if not budget.met(m_qat):
+        return "ptq", f"QAT missed the budget ({budget.describe()}): {budget.figure(m_qat)}{advice(input_probe)}"
+    why = f"every layer INT8 within the budget: {budget.figure(m_qat)}"
+    if not ptq_float and better(budget, m_ptq, m_qat):
+        why += f"; PTQ kept every layer INT8 too and measured better ({budget.figure(m_ptq)}): --no-qat ships it"
+    return "qat", why
 
 
 def simulation_check(simulated: Path, model: Path) -> dict | None:

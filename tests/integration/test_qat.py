@@ -46,6 +46,10 @@ def test_qat_build_ships_every_layer_int8_within_the_budget(qat_project, tmp_pat
     ir = q["input_rounding"]
     assert ir["inputs"] == ["x"] and ir["measured"]["accuracy_drop"] <= q["measured"]["accuracy_drop"] + 1.0
     assert 0 <= ir["share_of_budget"] <= 1.0 and set(ir["grid"]["x"]) == {"scale", "zero_point", "range"}
+    # PTQ kept every layer INT8 too: the summary says when PTQ measured better (the labelled budget's order)
+    p, got = q["ptq"]["measured"], q["measured"]
+    ptq_better = (p["accuracy_drop"], -p["cosine"]) < (got["accuracy_drop"], -got["cosine"])
+    assert ("PTQ kept every layer INT8 too and measured better" in q["why"]) == ptq_better, (q["why"], p, got)
     assert "quantize.qat" in [s["pass"] for s in m["steps"]]
     assert m["verify"]["status"] == "passed" and m["verify"]["accuracy_drop"] <= 1.0
     # a second build with other QAT settings is another cache key for the step

@@ -1,6 +1,6 @@
 """quant.input_rounding: the evaluation inputs rounded exactly as the shipped graph's
 QuantizeLinear rounds them (onnxruntime, value for value), and the float model's loss to that
-rounding in the budget's terms."""
+rounding in the budget's terms; and passes.qat.decide, the QAT decision that names it."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,3 +65,27 @@ def test_an_input_read_in_float_has_no_probe(tmp_path):
     budget = Budget(max_accuracy_drop=1.0, min_cosine=0.99, labelled=False)
     assert input_grids(model) == {} and input_rounding(model, {"x": x}, [x], None, lambda f: [f["x"]], budget) is None
     assert advice(None) == ""
+
+
+def _m(cos: float, drop: float = 0.0) -> dict:
+    return {"cosine": cos, "accuracy_drop": drop}
+
+
+def test_the_qat_decision_says_why():
+    """passes.qat.decide: the measured cases of docs/qat.md (2026-12-05)."""
+    from edgeforge.passes.qat import decide
+
+    budget = Budget(max_accuracy_drop=1.0, min_cosine=0.99, labelled=False)
+    probe = {"share_of_budget": 0.35, "figure": "cosine 0.9965"}
+    # the zoo recipe's mobilenet_v2: PTQ kept 2 layers in float, QAT missed; the input's rounding is named
+    shipped, why = decide(budget, _m(0.9829), _m(0.9905), [], ["a", "b"], probe)
+    assert shipped == "ptq" and why.startswith("QAT missed the budget") and "35% of the budget" in why
+    assert "train it further" not in decide(budget, _m(0.9829), _m(0.9905), [], ["a"], dict(probe, share_of_budget=0.1))[1]
+    # QAT removed the float layers within the budget: it ships, nothing more to say
+    assert decide(budget, _m(0.993), _m(0.991), [], ["a"]) == ("qat", "every layer INT8 within the budget: cosine 0.9930")
+    # --qat on a model PTQ already had all INT8, and PTQ measured better (mobilenet_v1, 400 steps)
+    shipped, why = decide(budget, _m(0.9955), _m(0.9960), [], [])
+    assert shipped == "qat" and "PTQ kept every layer INT8 too and measured better (cosine 0.9960)" in why
+    assert "--no-qat" in why and "measured better" not in decide(budget, _m(0.9938), _m(0.9926), [], [])[1]
+    # a layer QAT could not quantize keeps PTQ
+    assert decide(budget, _m(0.999), _m(0.99), ["conv_3"], ["conv_3"])[0] == "ptq"
