@@ -118,6 +118,19 @@ def table(rows: list[dict], flags: list[str], wall: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_EVALUATION = 1000       # of sklearn's 1797 digits: the rest calibrates and trains
+
+
+def _evaluation(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_EVALUATION:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of images, 1 to {MAX_EVALUATION}")
+    return n
+
+
 def main() -> int:
     from edgeforge.contracts import host_cpu_flags, int8_flags
 
@@ -126,7 +139,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--max-seconds", type=float, default=240.0)
     ap.add_argument("--train-steps", type=int, help="training steps of the float models (default: the zoo recipe's)")
-    ap.add_argument("--evaluation", type=int, default=64, help="evaluation images (default 64)")
+    ap.add_argument("--evaluation", type=_evaluation, default=64,
+                    help=f"evaluation images, 1 to {MAX_EVALUATION} (default 64)")
     ap.add_argument("--labels", action="store_true",
                     help="the evaluation labels in the build: INT8 is judged by the top-1 drop, not cosine")
     ap.add_argument("--json")

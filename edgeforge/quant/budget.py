@@ -70,6 +70,15 @@ class Budget:
             return m["accuracy_drop"] <= self.max_accuracy_drop
         return m["cosine"] >= self.min_cosine
 
+    def share(self, m: dict) -> float | None:
+        """The part of the budget ``m`` uses (1.0: all of it; never below 0), in the terms
+        :meth:`met` judges by; None for a budget of zero."""
+        if self.labelled or self.task_drop is not None:
+            used, allowed = m["accuracy_drop"], self.max_accuracy_drop
+        else:
+            used, allowed = 1.0 - m["cosine"], 1.0 - self.min_cosine
+        return max(used / allowed, 0.0) if allowed > 0 else None
+
     def describe(self) -> str:
         if self.task_drop is not None:
             return f"{self.task_metric or 'task metric'} drop <= {self.max_accuracy_drop:g} points"

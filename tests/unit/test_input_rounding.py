@@ -57,6 +57,11 @@ def test_loss_is_judged_in_the_budgets_terms_and_advised_when_large(tmp_path):
     assert probe["share_of_budget"] > 1.0 and "train it further" in advice(probe)
     gentle = input_rounding(model, {"x": x}, [x], None, lambda f: [f["x"]], budget)
     assert 0 < gentle["share_of_budget"] < 1.0 and gentle["measured"]["cosine"] > 0.99
+    # with labels the share is of the accuracy budget, in points
+    labelled = Budget(max_accuracy_drop=2.0, min_cosine=0.99, labelled=True)
+    assert labelled.share({"accuracy_drop": 0.5, "cosine": 0.5}) == 0.25
+    assert labelled.share({"accuracy_drop": -1.0, "cosine": 1.0}) == 0.0
+    assert Budget(max_accuracy_drop=0.0, min_cosine=1.0, labelled=True).share({"accuracy_drop": 0.0, "cosine": 1.0}) is None
 
 
 def test_an_input_read_in_float_has_no_probe(tmp_path):
