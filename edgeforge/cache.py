@@ -52,7 +52,7 @@ def digest_tree(root: Path) -> str:
 # results/) can change without invalidating a build. tests/unit/test_build_code.py checks that
 # everything the passes and the pipeline import is listed here.
 BUILD_CODE = (
-    "passes", "quant", "runner/edgeforge_runner.py", "lite_child.py",
+    "passes", "quant", "runner/edgeforge_runner.py", "runner/device_facts.py", "lite_child.py",
     "cache.py", "config.py", "contracts.py", "errors.py", "fsutil.py", "inference.py", "native.py",
     "paddle_env.py",
     "pipeline.py", "project.py", "targets.py", "toolchain.py", "weights.py", "task",

@@ -130,16 +130,23 @@ def test_read_result_errors(tmp_path):
 
 
 def test_runner_imports_nothing_from_edgeforge():
-    """The runner ships alone: standard library, numpy and the runtimes only (and Pillow, inside
-    the declared pre-processing only: [preprocess] builds need it on the device; OpenCV's cv2,
-    optional, decodes images in bench --end-to-end where the device has it)."""
+    """The runner ships with device_facts.py beside it and nothing else: standard library, numpy
+    and the runtimes only (and Pillow, inside the declared pre-processing only: [preprocess] builds
+    need it on the device; OpenCV's cv2, optional, decodes images in bench --end-to-end where the
+    device has it). device_facts.py, sent alone by `devices check`, imports no sibling."""
     import ast
     import sys
 
-    from edgeforge.runner import RUNNER_FILE
+    from edgeforge.runner import FACTS_FILE, RUNNER_FILE
 
     allowed = {"numpy", "onnxruntime", "paddlelite", "PIL", "cv2"} | set(sys.stdlib_module_names)
-    tree = ast.parse(RUNNER_FILE.read_text())
+    for path, siblings in ((RUNNER_FILE, {"device_facts"}), (FACTS_FILE, set())):
+        _imports_only(ast.parse(path.read_text()), allowed | siblings)
+
+
+def _imports_only(tree, allowed):
+    import ast
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]

@@ -5,7 +5,7 @@ import json
 
 from ...errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
 from ...options import BenchOptions
-from ...runner import RUNNER_FILE
+from ...runner import FACTS_FILE
 from ...targets import load_target
 from .settings import RUNTIME_FOR_BACKEND, arch_matches
 from .inventory import load_inventory
@@ -14,9 +14,10 @@ from .transport import SSHTransport
 
 
 def probe_device(tr: SSHTransport, timeout: float, benchmark_bin: str | None = None) -> dict:
-    """Run the runner's ``probe`` on the device (its source sent inline: nothing is written there)."""
+    """Run ``device_facts.py`` on the device, its source sent inline (nothing is written there):
+    a few KB, far under the 128 KiB one argument may hold (the runner itself is not sent)."""
     dev = tr.device
-    args = ["-c", RUNNER_FILE.read_text(), "probe", "--workdir", dev.workdir]
+    args = ["-c", FACTS_FILE.read_text(), "--workdir", dev.workdir]
     if benchmark_bin:
         args += ["--benchmark-bin", benchmark_bin]
     r = tr.python(args, timeout=timeout, doing="probing the device")

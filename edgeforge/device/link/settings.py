@@ -8,13 +8,14 @@ from pathlib import Path
 
 from ...errors import BuildInvalid, ConfigError
 from ...options import BenchOptions, parse_warmups
-from ...runner import RUNNER_FILE
+from ...runner import FACTS_FILE, RUNNER_FILE
 from .buildcheck import validate_build
 from .inventory import Device
 
 __all__ = ["validate_build"]      # the one check of a build directory lives in .buildcheck
 
 RUNNER_NAME = "edgeforge_runner.py"
+FACTS_NAME = "device_facts.py"      # the runner imports it from beside itself
 PREPARE_PREFIX = "@@edgeforge-prepare "
 
 
@@ -106,7 +107,7 @@ def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
     files = {art["path"]: build_dir / art["path"],
              manifest["reference"]["inputs"]: build_dir / manifest["reference"]["inputs"],
              manifest["reference"]["outputs"]: build_dir / manifest["reference"]["outputs"],
-             RUNNER_NAME: RUNNER_FILE}
+             RUNNER_NAME: RUNNER_FILE, FACTS_NAME: FACTS_FILE}
     for rel, path in files.items():
         if not path.is_file():
             raise BuildInvalid(f"{build_dir}: {rel} is missing", hint="rebuild with `edgeforge build`")
