@@ -8,7 +8,6 @@ marked, the SLO pick, beside the bench tables and plots.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from html import escape
@@ -26,9 +25,12 @@ _FIGURE_KEYS = ("mode", "sessions", "threads", "batch", "concurrency", "rate", "
 
 
 def _json(path: Path):
+    from ..errors import ResultError
+    from ..results.schema import read_json
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        return read_json(path)
+    except ResultError:
         return None          # the bench loader reports it
 
 
