@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from result_factory import make_load_result, make_result
-from test_config_fuzz import _check, _cli
+from test_config_fuzz import _check, _cli, _write, texts_or_bytes
+from test_manifest_fuzz import BASE as MANIFEST
 
 FEW = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -43,13 +44,14 @@ def fleet() -> dict[str, dict]:
     fp32 = make_result(precision="fp32", median_ms=5.4, seed=2, n=40)
     fp32["profile"] = _profile(3.5)
     int8["drift"]["task"] = {"kind": "classify", "metric": "top1", "float": 0.9, "artifact": 0.89, "drop": 0.01}
-    return {"int8.json": int8, "fp32.json": fp32, "load.json": make_load_result()}
+    return {"int8.json": int8, "fp32.json": fp32, "load.json": make_load_result(), "manifest.json": MANIFEST}
 
 
 BASE = fleet()
 HOSTILE = st.sampled_from([math.inf, -math.inf, math.nan, -1, -1.0, -1e-9, 0, 0.0, 1e308, 10**30, -(10**30),
                            True, None, "", "1", "x" * 10_000, "<script>alert(1)</script>",
-                           "<img src=x onerror=alert(1)>", "a|b`c`", [], {}, [[]], {"a": {}}, DEEP])
+                           "<img src=x onerror=alert(1)>", "a|b`c`", [], {}, [[]], {"a": {}}, DEEP,
+                           "edgeforge.bench/1", "edgeforge.load/1", "edgeforge.build/1", "edgeforge.report/1"])
 SCALARS = st.one_of(st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(), st.text(max_size=12))
 VALUES = st.one_of(HOSTILE, st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=8))
@@ -135,3 +137,44 @@ def test_a_crafted_result_is_exit_0_1_or_2_many(case):
 def test_the_base_fleet_passes_every_verb():
     """The control: unmutated, every verb reads the fleet (exit 0 or 1)."""
     _every_verb("int8.json", BASE["int8.json"])
+
+
+# ---------------------------------------------------------------- the user config
+
+USER_CONFIG = '[cache]\nremote = "http://127.0.0.1:9/edgeforge"\nmode = "read"\ntimeout = 3\n'
+
+
+def _user_config(text) -> None:
+    """``cache stats`` reads the user config (and resolves the remote from it): exit 0 or 2,
+    one error line at most, and nothing written anywhere."""
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        _write(root / "config.toml", text)
+        before = _snapshot(root)
+        code, out = _cli("cache", "stats", env={"EDGEFORGE_CONFIG": str(root / "config.toml"),
+                                                "EDGEFORGE_CACHE": str(root / "cache")})
+        _check(code, out)
+        assert code in (0, 2), out
+        assert _snapshot(root) == before and not (root / "cache").exists()
+
+
+def test_the_user_config_control():
+    code, out = _cli("cache", "stats", env={"EDGEFORGE_CONFIG": "/nonexistent/config.toml"})
+    assert code == 0, out
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "config.toml").write_text(USER_CONFIG)
+        code, out = _cli("cache", "stats", env={"EDGEFORGE_CONFIG": str(Path(d) / "config.toml")})
+    assert code == 0 and "127.0.0.1:9/edgeforge (read, 3 s a request)" in out, out
+
+
+@FEW
+@given(texts_or_bytes(USER_CONFIG))
+def test_a_crafted_user_config_is_exit_0_or_2(text):
+    _user_config(text)
+
+
+@pytest.mark.slow
+@MANY
+@given(texts_or_bytes(USER_CONFIG))
+def test_a_crafted_user_config_is_exit_0_or_2_many(text):
+    _user_config(text)
