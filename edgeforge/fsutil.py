@@ -324,3 +324,27 @@ def _remove_empty(dirs: list[Path]) -> None:
             d.rmdir()
         except OSError:
             return
+
+
+def check_ours(path: str | os.PathLike, flag: str, marks: tuple[bytes, ...], what: str) -> None:
+    """Refuse (ConfigError, one line naming ``flag`` and the path) to replace ``path`` unless
+    edgeforge wrote it, as ``build --out`` replaces only a previous build: a symlink, a
+    directory, or a file whose first 4 KiB hold none of ``marks`` (what edgeforge writes at the
+    head of such a file) is the user's. A path that does not exist is free."""
+    from .errors import ConfigError
+
+    p = Path(path)
+    if not (p.exists() or p.is_symlink()):
+        return
+    kind = "a symlink" if p.is_symlink() else "a directory" if p.is_dir() else None
+    if kind is None:
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            head = b""
+        if any(m in head for m in marks):
+            return
+        kind = "a file"
+    raise ConfigError(f"{flag} {p} exists and is {kind} edgeforge did not write ({what})",
+                      hint="edgeforge replaces only its own output: choose another path or remove it yourself")

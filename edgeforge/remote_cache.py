@@ -7,8 +7,11 @@ or an S3 presigned prefix serve it.
 Never trusted blindly: the archive's sha256 and size are checked against the index before it is
 unpacked, the archive unpacks only regular files below the entry, and the local cache checks
 every file's digest after. A mismatch is a miss (one warning line) and the step is built here;
-an entry already on the server is never replaced. Never required: a server that is down, slower
-than the timeout or refusing writes is one warning line, and the build goes on locally.
+an entry already on the server is never replaced. Never required: a server that is down,
+refusing writes, or slower than the timeout is one warning line, and the build goes on locally.
+The timeout is a deadline for the whole request (connect, headers and body), and every body has
+a cap checked before it is read (the index: 1 MiB; the archive: the size its index states, at
+most 2 GiB, and room for it in the cache).
 Credentials: ``$EDGEFORGE_REMOTE_CACHE_TOKEN`` (a bearer header) or a netrc; never printed.
 """
 from __future__ import annotations
@@ -20,45 +23,19 @@ import os
 import re
 import sys
 import tarfile
-import time
-from dataclasses import dataclass
+import threading
 from pathlib import Path, PurePosixPath
-from typing import Callable, Optional
-from urllib.parse import urlsplit, urlunsplit
+from typing import Callable
 
 from . import __version__
 from .cache import Cache, entry_json
-from .config import read_toml
-from .errors import ConfigError
+from .remote_settings import TOKEN_VAR, RemoteSettings, redact, user_config_path
 
 INDEX_SCHEMA = "edgeforge.cache-entry/1"
-MODES = ("readwrite", "read", "off")
-DEFAULT_TIMEOUT_S = 10.0
-MAX_ARCHIVE = 16 << 30                  # an index claiming more is foreign
-URL_VAR, MODE_VAR, TOKEN_VAR = "EDGEFORGE_REMOTE_CACHE", "EDGEFORGE_REMOTE_CACHE_MODE", "EDGEFORGE_REMOTE_CACHE_TOKEN"
+MAX_ARCHIVE = 2 << 30                   # an index claiming more is foreign
+MAX_INDEX = 1 << 20                     # an index is a few hundred bytes; one claiming more is foreign
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
-
-
-def user_config_path() -> Path:
-    """``$EDGEFORGE_CONFIG``, else ``$XDG_CONFIG_HOME/edgeforge/config.toml`` (``~/.config``)."""
-    env = os.environ.get("EDGEFORGE_CONFIG")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "edgeforge" / "config.toml"
-
-
-def redact(url: str) -> str:
-    """``url`` without its user:password part (for messages)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<remote cache>"
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def say_warning(msg: str, width: int = 80) -> None:
@@ -68,46 +45,6 @@ def say_warning(msg: str, width: int = 80) -> None:
 
     print(textwrap.fill(f"warning: {msg}", width=width, subsequent_indent="  ", break_long_words=False,
                         break_on_hyphens=False), file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class RemoteSettings:
-    url: str
-    mode: str = "readwrite"
-    timeout_s: float = DEFAULT_TIMEOUT_S
-
-    def where(self) -> str:
-        return f"{redact(self.url)} ({self.mode}, {self.timeout_s:g} s a request)"
-
-    @classmethod
-    def resolve(cls, url: Optional[str] = None, mode: Optional[str] = None,
-                timeout_s: Optional[float] = None) -> "RemoteSettings | None":
-        """The flags, else ``$EDGEFORGE_REMOTE_CACHE`` / ``$EDGEFORGE_REMOTE_CACHE_MODE``, else
-        ``[cache] remote``/``mode``/``timeout`` in :func:`user_config_path`. None: no remote."""
-        file: dict = {}
-        path = user_config_path()
-        if path.is_file() and (url is None or mode is None or timeout_s is None):
-            section = read_toml(path, "edgeforge user config").get("cache", {})
-            if not isinstance(section, dict):
-                raise ConfigError(f"edgeforge user config {path}: [cache] is not a table")
-            file = section
-        url = url if url is not None else (os.environ.get(URL_VAR) or file.get("remote"))
-        mode = mode or os.environ.get(MODE_VAR) or file.get("mode") or "readwrite"
-        timeout_s = timeout_s if timeout_s is not None else file.get("timeout", DEFAULT_TIMEOUT_S)
-        if mode not in MODES:
-            raise ConfigError(f"remote cache mode {mode!r}: not one of {', '.join(MODES)}",
-                              hint=f"--remote-cache-mode, ${MODE_VAR} or [cache] mode in {path}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-                or not (0 < float(timeout_s) <= 3600):
-            raise ConfigError(f"remote cache timeout {timeout_s!r}: not a number of seconds "
-                              "from 0 to 3600", hint=f"--remote-timeout or [cache] timeout in {path}")
-        if not url or mode == "off":
-            return None
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") \
-                or not urlsplit(url).hostname:
-            raise ConfigError(f"remote cache {redact(str(url))!r}: not an http:// or https:// URL",
-                              hint=f"--remote-cache, ${URL_VAR} or [cache] remote in {path}")
-        return cls(url.rstrip("/"), mode, float(timeout_s))
 
 
 def open_cache(plan) -> Cache:
@@ -165,20 +102,23 @@ class Remote:
             text = text.replace(self._token, "<token>")
         return re.sub(r"//[^/@\s]+@", "//", text)
 
-    def _request(self, method: str, name: str, **kw):
-        import requests
-
-        url = f"{self.settings.url}/{name}"
+    def _request(self, method: str, name: str, sink: Callable[[bytes], None] | None = None,
+                 cap: int = 0, **kw) -> tuple[int, str]:
+        """One request, its body included, within ``timeout_s`` from the first byte sent to the
+        last received (a deadline, not an idle timeout: a server sending a byte a second trips
+        it): (HTTP status, why the body was not taken, or ""). A 200's body goes to ``sink``
+        when given, at most ``cap`` bytes: a Content-Length above it is refused before reading.
+        Past the deadline, or no connection: :class:`Unusable` (down)."""
         t = self.settings.timeout_s
-        try:
-            return self._http().request(method, url, timeout=(t, t), allow_redirects=False, **kw)
-        except requests.Timeout:
-            raise Unusable(f"no answer within {t:g} s", down=True) from None
-        except requests.ConnectionError as exc:
-            reason = "connection refused" if "refused" in str(exc).lower() else "cannot connect"
-            raise Unusable(reason, down=True) from None
-        except requests.RequestException as exc:
-            raise Unusable(type(exc).__name__, down=True) from None
+        job = _Exchange(self._http(), method, f"{self.settings.url}/{name}", t, kw, sink, cap)
+        if not job.done.wait(t):
+            job.abandon()
+            self._session = None            # the worker may still hold it
+            raise Unusable(f"{'no answer' if job.status is None else 'not all of it'} within {t:g} s",
+                           down=True)
+        if job.error is not None:
+            raise job.error
+        return job.status, job.problem
 
     def _off(self, what: str, why: str) -> None:
         self.readable = self.writable = False
@@ -202,25 +142,26 @@ class Remote:
         return hit
 
     def _fetch(self, key: str, cache: Cache, pass_name: str):
-        r = self._request("GET", f"{key}.json")
-        if r.status_code == 404:
+        raw = io.BytesIO()
+        status, problem = self._request("GET", f"{key}.json", sink=raw.write, cap=MAX_INDEX)
+        if status == 404:
             return None
-        if r.status_code in (401, 403):
-            raise Unusable(f"HTTP {r.status_code}: not allowed to read")
-        if r.status_code != 200:
-            raise Unusable(f"HTTP {r.status_code} for an index")
-        index = self._index(r.content, key, pass_name)
+        if status in (401, 403):
+            raise Unusable(f"HTTP {status}: not allowed to read")
+        if status != 200:
+            raise Unusable(f"HTTP {status} for an index")
+        if problem:
+            return self._bad(key, pass_name, f"its index {problem}")
+        index = self._index(raw.getvalue(), key, pass_name)
         if isinstance(index, str):
             return self._bad(key, pass_name, index)
-        body, why = self._download(f"{key}.tar", index["archive"]["size"])
-        if body is None:
-            return self._bad(key, pass_name, why)
-        digest = hashlib.sha256(body).hexdigest()
-        if digest != index["archive"]["sha256"]:
-            return self._bad(key, pass_name, "its archive does not match its index (sha256)")
+        size = index["archive"]["size"]
+        free = _free_bytes(cache.root)
+        if free is not None and free < 2 * size + (64 << 20):
+            return self._bad(key, pass_name, f"no room here for its {size} bytes (and unpacked)")
         tmp = cache.staging(key)
         try:
-            why = unpack(body, tmp, pass_name)
+            why = self._archive(key, index, tmp, pass_name)
             measured = index.get("measured") or []
             if measured and not why:
                 (tmp / "measured.json").write_text(json.dumps(measured, sort_keys=True))
@@ -234,48 +175,49 @@ class Remote:
         hit = cache.get(key)                # every file's digest, as for a local entry
         if hit is None:
             return self._bad(key, pass_name, "its files do not match their digests")
-        cache.count_event("bytes_downloaded", len(body) + len(r.content))
+        cache.count_event("bytes_downloaded", size + len(raw.getvalue()))
         return hit
+
+    def _archive(self, key: str, index: dict, tmp: Path, pass_name: str) -> str:
+        """Download the archive into an unnamed file beside ``tmp`` and unpack it into ``tmp``:
+        "" when done, else why not (a mismatch with the index, a refused member)."""
+        import tempfile
+
+        size, digest = index["archive"]["size"], hashlib.sha256()
+        with tempfile.TemporaryFile(dir=tmp.parent, prefix=".download-") as fh:
+            def sink(chunk: bytes) -> None:
+                digest.update(chunk)
+                fh.write(chunk)
+            status, problem = self._request("GET", f"{key}.tar", sink=sink, cap=size)
+            if status != 200:
+                return f"its archive is missing (HTTP {status})"
+            if problem:
+                return f"its archive {problem}"
+            if fh.tell() != size:
+                return f"its archive is truncated ({fh.tell()} of {size} bytes)"
+            if digest.hexdigest() != index["archive"]["sha256"]:
+                return "its archive does not match its index (sha256)"
+            fh.seek(0)
+            return unpack(fh, tmp, pass_name)
 
     def _index(self, raw: bytes, key: str, pass_name: str):
         try:
             index = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return "its index is not JSON"
         if not isinstance(index, dict) or index.get("schema") != INDEX_SCHEMA or index.get("key") != key:
             return "its index is not an edgeforge cache entry for this key"
         arc = index.get("archive")
         if not (isinstance(arc, dict) and isinstance(arc.get("sha256"), str) and _SHA.match(arc["sha256"])
-                and isinstance(arc.get("size"), int) and 0 < arc["size"] <= MAX_ARCHIVE):
+                and type(arc.get("size")) is int and 0 < arc["size"]):
             return "its index names no archive"
+        if arc["size"] > MAX_ARCHIVE:
+            return f"its index claims a {arc['size']}-byte archive (more than {MAX_ARCHIVE >> 30} GiB)"
         if index.get("pass") != pass_name:
             return f"its index is for another pass ({str(index.get('pass'))[:40]})"
         if not isinstance(index.get("measured", []), list):
             return "its index's measurements are not a list"
         return index
-
-    def _download(self, name: str, size: int):
-        import requests
-
-        r = self._request("GET", name, stream=True)
-        with r:
-            if r.status_code != 200:
-                return None, f"its archive is missing (HTTP {r.status_code})"
-            buf, deadline = io.BytesIO(), time.monotonic() + max(30.0, 3 * self.settings.timeout_s)
-            try:
-                for chunk in r.iter_content(1 << 20):
-                    buf.write(chunk)
-                    if buf.tell() > size:
-                        return None, "its archive is longer than its index says"
-                    if time.monotonic() > deadline:
-                        raise Unusable("the download is too slow", down=True)
-            except requests.RequestException as exc:    # cut mid-body, or stalled
-                if isinstance(exc, requests.Timeout) or "timed out" in str(exc).lower():
-                    raise Unusable(f"no data within {self.settings.timeout_s:g} s", down=True) from None
-                return None, "its archive was cut off"
-        if buf.tell() != size:
-            return None, f"its archive is truncated ({buf.tell()} of {size} bytes)"
-        return buf.getvalue(), ""
 
     def _bad(self, key: str, pass_name: str, why: str):
         self.warn(f"remote cache: {pass_name} entry {key[:12]}: {why}: building it locally")
@@ -302,11 +244,11 @@ class Remote:
             self.warn(f"remote cache: cannot pack {pass_name}'s entry ({exc.strerror or exc})")
 
     def _publish(self, key: str, cache: Cache, pass_name: str, measured: list) -> None:
-        r = self._request("HEAD", f"{key}.json")
-        if r.status_code == 200:
+        status, _ = self._request("HEAD", f"{key}.json")
+        if status == 200:
             return                                  # a good entry stays as it is
-        if r.status_code in (401, 403):
-            raise Unusable(f"HTTP {r.status_code}: not allowed")
+        if status in (401, 403):
+            raise Unusable(f"HTTP {status}: not allowed")
         body = pack(cache.entry(key))
         if body is None:
             return
@@ -315,13 +257,101 @@ class Remote:
                  "measured": measured or []}
         raw = json.dumps(index, sort_keys=True).encode()
         for name, data in ((f"{key}.tar", body), (f"{key}.json", raw)):
-            r = self._request("PUT", name, data=data, headers={"If-None-Match": "*"})
-            if r.status_code == 412:                # another runner stored it first
+            status, _ = self._request("PUT", name, data=data, headers={"If-None-Match": "*"})
+            if status == 412:                       # another runner stored it first
                 return
-            if r.status_code not in (200, 201, 204):
-                raise Unusable(f"HTTP {r.status_code} for an upload")
+            if status not in (200, 201, 204):
+                raise Unusable(f"HTTP {status} for an upload")
         cache.count_event("uploads")
         cache.count_event("bytes_uploaded", len(body) + len(raw))
+
+
+class _Exchange:
+    """One HTTP request and its body, in a daemon thread, so that the caller can stop waiting
+    at a deadline whatever the socket does (requests' own timeouts are per read). ``done`` is
+    set when it ends; then ``status`` (None: no answer), ``problem`` and ``error`` say how."""
+
+    def __init__(self, session, method: str, url: str, timeout_s: float, kw: dict,
+                 sink: Callable[[bytes], None] | None, cap: int):
+        self.session, self.method, self.url, self.t, self.kw = session, method, url, timeout_s, kw
+        self.sink, self.cap = sink, cap
+        self.status: int | None = None
+        self.problem = ""
+        self.error: Exception | None = None
+        self.response = None
+        self.done, self.cancelled = threading.Event(), threading.Event()
+        threading.Thread(target=self._run, name="edgeforge-remote-cache", daemon=True).start()
+
+    def _run(self) -> None:
+        import requests
+
+        try:
+            self._exchange()
+        except requests.Timeout:
+            self.error = Unusable(f"no answer within {self.t:g} s", down=True)
+        except requests.ConnectionError as exc:
+            if self.status is not None:             # cut mid-body
+                self.problem = "was cut off"
+            else:
+                refused = "refused" in str(exc).lower()
+                self.error = Unusable("connection refused" if refused else "cannot connect", down=True)
+        except requests.RequestException as exc:
+            if self.status is not None:             # a broken chunk, a bad encoding
+                self.problem = "was cut off"
+            else:
+                self.error = Unusable(type(exc).__name__, down=True)
+        except (ValueError, OSError) as exc:       # the sink's file closed by an abandon
+            if not self.cancelled.is_set():
+                self.error = Unusable(type(exc).__name__, down=True)
+        finally:
+            self.done.set()
+
+    def _exchange(self) -> None:
+        r = self.session.request(self.method, self.url, timeout=(self.t, self.t), allow_redirects=False,
+                                 stream=True, **self.kw)
+        self.response = r
+        with r:
+            self.status = r.status_code
+            if self.sink is None or r.status_code != 200:
+                return
+            claimed = r.headers.get("Content-Length", "")
+            if claimed and (not claimed.isdigit() or int(claimed) > self.cap):
+                self.problem = f"claims {claimed[:20]} bytes (at most {self.cap} taken)"
+                return
+            got = 0
+            for chunk in r.iter_content(1 << 16):
+                if self.cancelled.is_set():
+                    return
+                got += len(chunk)
+                if got > self.cap:
+                    self.problem = f"is longer than {self.cap} bytes"
+                    return
+                self.sink(chunk)
+
+    def abandon(self) -> None:
+        """Past the deadline: stop taking the body and close the socket under the worker."""
+        import socket
+
+        self.cancelled.set()
+        conn = getattr(self.response, "raw", None)
+        sock = getattr(getattr(conn, "connection", None), "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _free_bytes(path: Path) -> int | None:
+    import shutil
+
+    for p in (path, *path.parents):
+        if p.exists():
+            try:
+                return shutil.disk_usage(p).free
+            except OSError:
+                return None
+    return None
 
 
 def pack(entry: Path) -> bytes | None:
@@ -352,11 +382,14 @@ def pack(entry: Path) -> bytes | None:
     return buf.getvalue()
 
 
-def unpack(body: bytes, dest: Path, pass_name: str) -> str:
-    """Unpack an entry archive into ``dest``: regular files and directories only, each below
-    ``artifact/`` or ``entry.json``; "" when done, else why it was refused."""
+def unpack(body, dest: Path, pass_name: str) -> str:
+    """Unpack an entry archive (bytes, or a file open for reading) into ``dest``: regular files
+    and directories only, each below ``artifact/`` or ``entry.json``; "" when done, else why it
+    was refused."""
+    import shutil
+
     try:
-        with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
+        with tarfile.open(fileobj=io.BytesIO(body) if isinstance(body, bytes) else body, mode="r:") as tar:
             members = tar.getmembers()
             for m in members:
                 parts = PurePosixPath(m.name).parts
@@ -372,7 +405,8 @@ def unpack(body: bytes, dest: Path, pass_name: str) -> str:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 src = tar.extractfile(m)
                 with open(target, "wb") as fh:
-                    fh.write(src.read() if src is not None else b"")
+                    if src is not None:
+                        shutil.copyfileobj(src, fh)
     except (tarfile.TarError, EOFError):
         return "its archive is not a tar"
     except OSError as exc:                  # two members at one path, a name too long ...

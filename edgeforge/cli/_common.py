@@ -347,6 +347,10 @@ def check_gate_flags(args) -> None:
     if g.junit and not g.requested:
         raise ConfigError(_NEEDS_GATE)
     evaluate_gates([], **g.thresholds())
+    if g.junit:                     # a user's file there: refused before anything runs
+        from ..report.junit import check_junit_path
+
+        check_junit_path(g.junit)
 
 
 def enforce_gates(args, results: list[dict], reference: list[dict] = ()) -> None:

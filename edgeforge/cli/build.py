@@ -156,8 +156,8 @@ def cmd_cache(args) -> int:
     elif args.action == "stats":
         from ..remote_cache import RemoteSettings, stats_lines
 
+        remote = RemoteSettings.resolve()          # a bad URL or user config: exit 2 before any line
         print("\n".join(stats_lines(c)))
-        remote = RemoteSettings.resolve()
         print(f"remote: {remote.where() if remote else 'none set'}")
     else:
         print(f"{c.root}: {c.count()} entries")

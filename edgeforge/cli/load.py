@@ -87,6 +87,10 @@ def cmd_load(args) -> int:
     gated = args.min_throughput is not None or args.max_p99_ms is not None
     if args.junit and not gated:
         raise ConfigError("--junit needs a gate: --min-throughput or --max-p99-ms")
+    if args.junit:                  # a user's file there: refused before the device is asked
+        from ..report.junit import check_junit_path
+
+        check_junit_path(args.junit)
     if args.max_p99_ms is not None and not args.rate:
         raise ConfigError("--max-p99-ms gates p99 at a given rate: pass --rate QPS,...")
     plan = LoadPlan(concurrency=args.concurrency, batch=args.batch, threads=args.threads or (None,),

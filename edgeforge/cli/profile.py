@@ -21,6 +21,10 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_profile)
 
 
+def fmt_ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "-"
+
+
 def cmd_profile(args) -> int:
     from rich.table import Table
 
@@ -63,6 +67,6 @@ def cmd_profile(args) -> int:
                   "-" if r["speedup"] is None else f"{r['speedup']:.2f}x")
     con.print(t)
     con.print(f"total: A {pa['total_ms']:.3f} ms, B {pb['total_ms']:.3f} ms "
-              f"({pa['total_ms'] / pb['total_ms']:.2f}x); quantize/dequantize: A "
+              f"({fmt_ratio(pa['total_ms'], pb['total_ms'])}); quantize/dequantize: A "
               f"{qdq_share(pa) * 100:.1f}%, B {qdq_share(pb) * 100:.1f}% of the time", markup=False)
     return ExitCode.OK

@@ -59,3 +59,29 @@ def load(c: dict) -> str:
 
 def _num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# Markdown: what edgeforge did not write (device, model and file names, messages from a device)
+# is escaped, so that no renderer reads it as HTML, a link, emphasis or a table's column break.
+_MD_SPECIAL = "\\`*_[]<>|~&!"
+
+
+def md_text(text: str) -> str:
+    """``text`` as literal Markdown (CommonMark): ASCII punctuation that could start markup is
+    backslash-escaped, line breaks become spaces."""
+    out = "".join("\\" + c if c in _MD_SPECIAL else c for c in str(text))
+    return " ".join(out.splitlines()) if "\n" in out or "\r" in out else out
+
+
+def md_code(text: str) -> str:
+    """``text`` as a Markdown code span (literal there: no HTML, no emphasis): fenced by one
+    backtick more than its longest run of them; a ``|`` is escaped for tables (GFM splits a
+    table's cells before it reads the spans)."""
+    text = " ".join(str(text).splitlines()).replace("|", "\\|")
+    if not text:
+        return "-"
+    ticks = 1
+    while "`" * ticks in text:
+        ticks += 1
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{'`' * ticks}{pad}{text}{pad}{'`' * ticks}"

@@ -5,7 +5,7 @@ import datetime as _dt
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..fsutil import write_files_atomic
+from ..fsutil import check_ours, write_files_atomic
 from .gates import GateResult
 
 
@@ -32,26 +32,39 @@ def junit_tree(gates: list[GateResult]) -> ET.ElementTree:
     return tree
 
 
-def write_junit(gates: list[GateResult], path: str | Path) -> Path:
-    """Write the JUnit XML for ``gates`` to ``path`` atomically; return the path. A path that
-    cannot be written is a ConfigError (exit 2) naming ``--junit`` and the file."""
+_FIX = "pass --junit a file path in a writable directory"
+
+
+def check_junit_path(path: str | Path) -> Path:
+    """Refuse, before anything runs, a ``--junit`` path that cannot be written or holds a file
+    edgeforge did not write (ConfigError, exit 2, naming ``--junit`` and the file)."""
     from ..errors import ConfigError
-    from ..oserror import os_error_text
 
     path = Path(path)
-    fix = "pass --junit a file path in a writable directory"
-    if path.is_dir():
-        raise ConfigError(f"--junit {path}: is a directory, not a file", hint=fix)
+    if path.is_dir() and not path.is_symlink():
+        raise ConfigError(f"--junit {path}: is a directory, not a file", hint=_FIX)
     above = path.parent
     while not (above.exists() or above.is_symlink()) and above != above.parent:
         above = above.parent
     if not above.is_dir():
-        raise ConfigError(f"--junit {path} is below {above}, which is not a directory", hint=fix)
+        raise ConfigError(f"--junit {path} is below {above}, which is not a directory", hint=_FIX)
+    check_ours(path, "--junit", (b'<testsuites name="edgeforge gates"',), "not edgeforge's JUnit XML")
+    return path
+
+
+def write_junit(gates: list[GateResult], path: str | Path) -> Path:
+    """Write the JUnit XML for ``gates`` to ``path`` atomically; return the path. A path that
+    cannot be written, or a file there that edgeforge did not write, is a ConfigError (exit 2)
+    naming ``--junit`` and the file."""
+    from ..errors import ConfigError
+    from ..oserror import os_error_text
+
+    path = check_junit_path(path)
     data = ET.tostring(junit_tree(gates).getroot(), encoding="utf-8", xml_declaration=True)
     try:
         write_files_atomic({path: data + b"\n"})
     except OSError as exc:
-        raise ConfigError(f"--junit {path}: cannot write it ({os_error_text(exc)})", hint=fix) from None
+        raise ConfigError(f"--junit {path}: cannot write it ({os_error_text(exc)})", hint=_FIX) from None
     return path
 
 

@@ -8,7 +8,6 @@ marked, the SLO pick, beside the bench tables and plots.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from html import escape
@@ -26,9 +25,12 @@ _FIGURE_KEYS = ("mode", "sessions", "threads", "batch", "concurrency", "rate", "
 
 
 def _json(path: Path):
+    from ..errors import ResultError
+    from ..results.schema import read_json
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+        return read_json(path)
+    except ResultError:
         return None          # the bench loader reports it
 
 
@@ -169,13 +171,13 @@ def markdown_lines(summary: dict) -> list[str]:
     lines = ["", "## Load curves", ""]
     for e in summary["load"]:
         s = e["settings"]
-        lines += [f"### {_title(e)}", "",
-                  (f"{e['runtime']['name']} {e['runtime']['version']} on {e['device']['cpu_model']}, "
-                   f"{s['duration_s']:g} s per level after {s['warmup_s']:g} s of warm-up "
-                   f"({s.get('mode', 'closed')} loop); from `{e['source']}`."), "",
+        lines += [f"### {fmt.md_text(_title(e))}", "",
+                  fmt.md_text(f"{e['runtime']['name']} {e['runtime']['version']} on {e['device']['cpu_model']}, "
+                              f"{s['duration_s']:g} s per level after {s['warmup_s']:g} s of warm-up "
+                              f"({s.get('mode', 'closed')} loop); from ") + f"{fmt.md_code(e['source'])}.", "",
                   "| " + " | ".join(_HEADER) + " |", "|" + "|".join("---" for _ in _HEADER) + "|"]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in _rows(e)]
-        lines += [""] + [f"- {v}" for v in _verdicts(e)] + [""]
+        lines += ["| " + " | ".join(fmt.md_text(c) for c in row) + " |" for row in _rows(e)]
+        lines += [""] + [f"- {fmt.md_text(v)}" for v in _verdicts(e)] + [""]
     return lines
 
 

@@ -11,13 +11,16 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import ConfigError
-from ..fsutil import json_safe, writable_dir, write_files_atomic
+from ..fsutil import check_ours, json_safe, writable_dir, write_files_atomic
 from .compare import ALPHA, MIN_CHANGE, compare
 from .pairing import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results
 from .verdict import pair_verdict
 
 REPORT_SCHEMA = "edgeforge.report/1"
+# what each report file holds at its head, as edgeforge writes it (check_ours)
+OURS = {"markdown": (b"# edgeforge benchmark report",), "html": (b"<title>edgeforge benchmark report</title>",),
+        "summary_json": (b'"schema": "edgeforge.report/',)}
 MARKDOWN, HTML, SUMMARY = "report.md", "report.html", "summary.json"
 _FINGERPRINT_EXTRAS = ("arch", "os", "cpu_max_mhz", "mem_total_mb", "emulated")
 
@@ -43,6 +46,8 @@ def write_report(result_files: list[Path], out_dir: Path, *, chosen_by: str = "-
     summary = json_safe({**build_summary(loaded, skipped), "load": load_summary(loads)})
     out = writable_dir(out_dir, chosen_by, what="report directory")
     paths = {"markdown": out / MARKDOWN, "html": out / HTML, "summary_json": out / SUMMARY}
+    for key, path in paths.items():         # an earlier report is replaced, a user's file never
+        check_ours(path, chosen_by, OURS[key], "not an edgeforge report")
     files = {paths["markdown"]: render_markdown(summary), paths["html"]: render_html(summary, results),
              paths["summary_json"]: json.dumps(summary, indent=2, allow_nan=False) + "\n"}
     try:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from typing_extensions import Self
 
 from ..errors import ResultError
-from ..fsutil import dumps_json, write_new_file
+from ..fsutil import dumps_json, json_safe, write_new_file
 from ..oserror import os_error_text
 
 SCHEMA = "edgeforge.bench/1"
@@ -40,11 +40,22 @@ class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+# a number a report, compare or gate computes with: finite (no NaN, no Infinity), not true/false
+_NUM = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+_MS = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+_COUNT = Annotated[int, Field(strict=True, ge=0)]
+_SHARE = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
+_NAME = Annotated[str, Field(max_length=512)]
+
+
 class ArtifactRef(Open):
-    sha256: str
-    target: str
-    backend: str
-    precision: str
+    sha256: _NAME
+    target: _NAME
+    backend: _NAME
+    precision: _NAME
+    name: Optional[_NAME] = None
+    size_bytes: Optional[_COUNT] = None
+    float_size_bytes: Optional[_COUNT] = None
 
 
 class Fingerprint(Open):
@@ -57,7 +68,7 @@ class Fingerprint(Open):
 
 
 class DeviceRef(Open):
-    name: str
+    name: _NAME
     fingerprint: Fingerprint
 
 
@@ -67,34 +78,67 @@ class Runtime(Open):
 
 
 class Settings(Open):
-    warmups: int
-    runs: int
+    warmups: _COUNT
+    runs: _COUNT
     threads: Any
 
 
 class Summary(Open):
-    p50_ms: float | None
-    p90_ms: float | None
-    p99_ms: float | None
-    mean_ms: float | None
-    mad_ms: float | None
-    peak_rss_mb: float | None
+    """Times in ms and memory in MB: finite and not negative (a negative p50 passes no gate)."""
+    p50_ms: Optional[_MS]
+    p90_ms: Optional[_MS]
+    p99_ms: Optional[_MS]
+    mean_ms: Optional[_MS]
+    mad_ms: Optional[_MS]
+    peak_rss_mb: Optional[_MS]
+
+
+class TaskDrift(Open):
+    """``drift.task`` ([task] builds): names fixed, scripts read them."""
+    kind: Optional[_NAME] = None
+    metric: Optional[_NAME] = None
+    float: Optional[_NUM] = None
+    artifact: Optional[_NUM] = None
+    drop: Optional[_NUM] = None
 
 
 class Drift(Open):
-    top1_agreement: Any
-    accuracy: Any
-    float_accuracy: Any
-    accuracy_drop: Any
-    max_abs_error: Any
-    cosine: Any
+    top1_agreement: Optional[_NUM]
+    accuracy: Optional[_NUM]
+    float_accuracy: Optional[_NUM]
+    accuracy_drop: Optional[_NUM]
+    max_abs_error: Optional[_NUM]
+    cosine: Optional[_NUM]
     # [task] builds: {kind, metric, float, artifact, drop} (names fixed: scripts read them),
     # computed on the host from the device's evaluation outputs; absent/None otherwise
-    task: Optional[dict] = None
+    task: Optional[TaskDrift] = None
+
+
+class OpTime(Open):
+    """One op type (``by_op``) or node (``by_node``) of a per-op profile: ms per run, its share."""
+    op: _NAME
+    ms: _MS
+    share: _SHARE
+    nodes: Optional[_COUNT] = None
+
+
+class Profile(Open):
+    """``profile`` (bench --profile): ``total_ms``, ``by_op`` and ``by_node``, or ``skipped``
+    (why there is none)."""
+    skipped: Optional[Annotated[str, Field(max_length=4096)]] = None
+    total_ms: Optional[_MS] = None
+    by_op: list[OpTime] = []
+    by_node: list[OpTime] = []
+    nodes: Optional[_COUNT] = None
+
+    @model_validator(mode="after")
+    def _whole(self) -> Profile:
+        if not self.skipped and (self.total_ms is None or self.nodes is None):
+            raise ValueError("a profile needs total_ms and nodes (or skipped: why there is none)")
+        return self
 
 
 E2E_STAGES = ("decode", "preprocess", "infer", "postprocess")
-_MS = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 
 
 class StageFigures(Open):
@@ -218,6 +262,7 @@ class BenchResult(DeviceRunDoc):
     drift: Drift
     transfer: Transfer
     end_to_end: Optional[EndToEnd] = None     # bench --end-to-end (an optional section of /1)
+    profile: Optional[Profile] = None         # bench --profile (an optional section of /1)
 
     @model_validator(mode="after")
     def _samples(self) -> BenchResult:
@@ -261,11 +306,25 @@ def validate(result: dict, source: str = "result") -> dict:
     return result
 
 
+MAX_DOCUMENT = 256 << 20          # bytes: a result of a million samples is about 20 MB
+MAX_DEPTH = 64                    # nesting: edgeforge's documents are 6 deep
+
+
 def read_json(path: str | os.PathLike) -> Any:
-    """A result file's JSON; ResultError when it is missing or not JSON."""
+    """A result file's JSON; ResultError when it is missing, too big, not JSON, or nested
+    deeper than :data:`MAX_DEPTH` (never a RecursionError later)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        if path.is_file() and path.stat().st_size > MAX_DOCUMENT:
+            raise ResultError(f"{path}: {path.stat().st_size} bytes, more than any edgeforge document "
+                              f"({MAX_DOCUMENT >> 20} MiB)")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        where = too_deep(doc)
+        if where is not None:
+            raise ResultError(f"{path}: '{where}': nested more than {MAX_DEPTH} levels deep")
+        return doc
+    except RecursionError:
+        raise ResultError(f"{path}: nested more than {MAX_DEPTH} levels deep") from None
     except FileNotFoundError:
         raise ResultError(f"{path}: no such file or directory") from None
     except IsADirectoryError:
@@ -275,6 +334,21 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ResultError(f"{path}: cannot be read ({os_error_text(exc, path)})") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ResultError(f"{path}: not valid JSON ({exc})") from None
+
+
+def too_deep(doc: Any, limit: int = MAX_DEPTH) -> str | None:
+    """The path of the first value nested deeper than ``limit`` in ``doc``, or None (iterative:
+    any depth is measured without recursion)."""
+    stack: list[tuple[Any, tuple]] = [(doc, ())]
+    while stack:
+        node, at = stack.pop()
+        if len(at) > limit:
+            return ".".join(str(p) for p in at[:8]) + "..."
+        if isinstance(node, dict):
+            stack.extend((v, at + (k,)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, at + (i,)) for i, v in enumerate(node))
+    return None
 
 
 def read_result(path: str | os.PathLike) -> dict:
@@ -299,6 +373,7 @@ def result_filename(result: dict) -> str:
 
 def write_result(results_dir: str | os.PathLike, result: dict) -> Path:
     """Write ``result`` under ``results_dir`` atomically; never overwrite an existing file."""
+    result = json_safe(result)           # a NaN measured is written as null, as dumps_json does
     checked = BenchResult.check(result).to_json()
     doc = {k: checked[k] for k in result if k in checked}     # the caller's key order
     return write_document(results_dir, result_filename(doc), doc)

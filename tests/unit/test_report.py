@@ -128,12 +128,20 @@ def test_rewriting_keeps_other_files_and_leaves_no_temporaries(tmp_path, rendere
     assert len(json.loads((out / "summary.json").read_text())["results"]) == len(files)
 
 
-def test_nan_in_a_result_becomes_null(tmp_path):
+def test_nan_in_a_result_file_is_refused_naming_the_field(tmp_path):
+    """edgeforge writes a NaN it measured as null (write_result); a file holding NaN or
+    Infinity was not written by it: exit 2 naming the file and the field (issue 44)."""
+    from edgeforge.errors import ResultError
+    from edgeforge.results.schema import read_result, write_result
+
     r = make_result(seed=1)
     r["summary"]["peak_rss_mb"] = float("nan")
+    written = write_result(tmp_path / "ours", r)
+    assert read_result(written)["summary"]["peak_rss_mb"] is None
     (tmp_path / "a.json").write_text(json.dumps(r))                      # json writes NaN by default
-    s = json.loads(write_report([tmp_path / "a.json"], tmp_path / "out")["summary_json"].read_text())
-    assert s["results"][0]["summary"]["peak_rss_mb"] is None
+    with pytest.raises(ResultError, match=r"a.json: 'summary.peak_rss_mb': Input should be a finite number"):
+        write_report([tmp_path / "a.json"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_cli_report_prints_the_paths_and_a_table(tmp_path, capsys, monkeypatch, rendered):
