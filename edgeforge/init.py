@@ -13,6 +13,8 @@ import math
 import os
 import re
 import shlex
+import signal
+import threading
 import shutil
 import tempfile
 from contextlib import contextmanager, suppress
@@ -24,7 +26,7 @@ from .errors import ConfigError
 from .fsutil import write_files_atomic
 from .inference import RANGES
 from .init_data import MAX_SAMPLE_ELEMENTS, SPLIT, DataSource
-from .init_toml import TomlDoc, check, one_line, render
+from .init_toml import TomlDoc, check, check_input_name, one_line, render
 from .manifest import TENSOR_NAME, TENSOR_NAME_WORDS
 from .project import PROJECT_FILE
 
@@ -160,7 +162,7 @@ def _model_inputs(root: Path, source: ModelSource, given: list[dict], res: InitR
     if not given:
         with _child_log("factory.log") as log:
             got = run_native("init", f"factory '{factory}'", factory_inputs, (str(root.resolve()), factory),
-                             log, timeout=600)
+                             log, timeout=600, hint=f"init imports it from DIR in a child process: see {log}")
         if "error" in got:
             raise ConfigError(f"--factory {factory}: {one_line(got['error'])}",
                               hint="init imports it from DIR: check the module and the class")
@@ -200,12 +202,34 @@ def _document(name: str, model: tuple[dict, dict, bool], inputs: list[dict], tas
     return doc
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP are noted, not acted on, inside; the first one noted is raised
+    again, to the handler in place before, when the block ends."""
+    held: list[int] = []
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+                old[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
 def _write_new(root: Path, files: dict[str, bytes | str]) -> list[Path]:
     """Write ``files`` (relative to ``root``) together: each complete beside its place, then all
-    renamed in; on any failure or signal, none of them is left, nor a temporary."""
+    renamed in; on any failure or signal, none of them is left, nor a temporary. A signal waits
+    while the files are written (bounded: MAX_DATA_BYTES), so it never falls between a
+    temporary's creation and its record; one that came is raised after, here."""
     paths = {root / rel: content for rel, content in files.items()}
     try:
-        write_files_atomic(paths)
+        with _signals_held():
+            write_files_atomic(paths)
     except BaseException:
         for p in paths:
             p.unlink(missing_ok=True)
@@ -278,6 +302,10 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
     given = [parse_input(t) for t in source.inputs]
     model = _model_inputs(root, source, given, res)
     for s in res.inputs:
+        check_input_name(s["name"], "init")
+        if s["dtype"] not in DTYPES:
+            raise ConfigError(f"init: input '{s['name']}' is {one_line(s['dtype'])}; the build takes {', '.join(DTYPES)}",
+                              hint="cast it in the model, or give --input name:shape:dtype")
         check_sample(s, "init")
     task_keys = {"kind": task} if task is not None else {}
     check(_document(proj_name, model, res.inputs, task_keys))
