@@ -291,7 +291,8 @@ def _data(data: DataSource, res: InitResult) -> tuple[dict, dict, dict]:
 
 
 def init_project(directory: str | Path, source: ModelSource, data: DataSource | None = None, *,
-                 name: str | None = None, target: str = "linux-x86", task: str | None = None) -> InitResult:
+                 name: str | None = None, target: str = "linux-x86", task: str | None = None,
+                 max_metric_drop: float | None = None) -> InitResult:
     """Write DIR/edgeforge.toml (and, with ``data``, DIR/data/*.npz and data/split.json). See the
     module doc. Everything the build would refuse is refused before anything is written; a
     failure or a signal leaves nothing behind: no file, no directory init made."""
@@ -323,6 +324,8 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
         if free:
             res.missing.append(f"the ranges of {', '.join(free)}'s free dimensions beyond the batch: add min_shape, "
                                "opt_shape and max_shape under its [[model.inputs]] (docs/export.md \"Free dimensions\")")
+        if max_metric_drop is not None:
+            task_keys = {"kind": task, **task_keys, "max_metric_drop": max_metric_drop}
         doc = _document(proj_name, model, res.inputs, task_keys)
         doc.comments.update(comments)
         files = {PROJECT_FILE: render(doc), **files}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ExitCode
-from ._common import nonneg_int, numbers
+from ._common import nonneg_int, numbers, points
 
 # [0, 1]-scaled pixels: a mean or std beyond these is a typo, not a normalisation
 means = numbers(float, "means", at_least=-1000, at_most=1000, allow_zero=True, as_text=True)
@@ -31,6 +31,9 @@ def register(sub) -> None:
                         "ctc: a file of path<TAB>text lines (docs/task.md \"init --task\")")
     p.add_argument("--charset", metavar="CHARS",
                    help="ctc: the characters in class order (default: the labels' characters, sorted)")
+    p.add_argument("--max-metric-drop", type=points, metavar="POINTS",
+                   help="[task] max_metric_drop: the points of the task metric an INT8 build may lose "
+                        "(default: the build's accuracy budget)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="the split's seed (default: 0)")
     p.add_argument("--mean", metavar="M[,M,M]", type=means,
                    help="per-channel mean subtracted after scaling to [0,1]")
@@ -56,7 +59,10 @@ def cmd_init(args) -> int:
         raise ConfigError("--mean and --std go with --data (they pre-process its images)")
     elif args.labels is not None or args.charset is not None:
         raise ConfigError("--labels and --charset go with --data (the images they label)")
-    res = init_project(args.dir, source, data, name=args.name, target=args.target, task=args.task)
+    if args.max_metric_drop is not None and args.task is None:
+        raise ConfigError("--max-metric-drop goes with --task (it is the task metric's budget)")
+    res = init_project(args.dir, source, data, name=args.name, target=args.target, task=args.task,
+                       max_metric_drop=args.max_metric_drop)
     from ..init_toml import one_line
 
     for path in res.written:

@@ -27,8 +27,8 @@ def _model(name: str):
         sys.path.remove(str(MODELS))
 
 
-def _build(project: Path, out: Path) -> dict:
-    res = run_cli("build", str(project), "--target", "linux-x86", "--out", str(out), "-q")
+def _build(project: Path, out: Path, *flags: str) -> dict:
+    res = run_cli("build", str(project), "--target", "linux-x86", "--out", str(out), "-q", *flags)
     assert res.returncode == 0, res.stderr
     return json.loads((out / "manifest.json").read_text())
 
@@ -63,13 +63,13 @@ def test_detection_from_coco_instances_builds_with_map(tmp_path):
     (work / "instances.json").write_text(json.dumps(coco))
     res = run_cli("init", "proj", "--factory", "tiny_detector:build", "--weights", "det.pdparams",
                   "--input", "x:-1,1,32,32", "--data", "images", "--task", "detection",
-                  "--labels", "instances.json", cwd=work)
+                  "--labels", "instances.json", "--max-metric-drop", "10", cwd=work)
     assert res.returncode == 0, res.stderr
     assert "boxes: " in res.stdout and "scaled to the input's 32x32 pixels" in res.stdout
     project = work / "proj"
     shutil.copy(MODELS / "tiny_detector.py", project)
     doc = tomli.loads((project / "edgeforge.toml").read_text())
-    assert doc["task"] == {"kind": "detection", "label_names": ["low", "high"]}
+    assert doc["task"] == {"kind": "detection", "label_names": ["low", "high"], "max_metric_drop": 10}
     with np.load(project / "data" / "eval.npz") as z:
         ev = {k: z[k] for k in z.files}
     rows = _eval_sources(project)
@@ -81,7 +81,9 @@ def test_detection_from_coco_instances_builds_with_map(tmp_path):
         np.testing.assert_array_equal(ev["gt_classes"][k:k + n], classes[start[i]:start[i + 1]])
         k += n
     assert k == len(ev["gt_boxes"]) and len(rows) == 40
-    t = _build(project, tmp_path / "out")["verify"]["task"]
+    # fp32: the INT8 drop of a detector trained for 8 s depends on the host's load (1.7 to 27
+    # points measured); what init gives the build (labels, [task]) is what is checked here
+    t = _build(project, tmp_path / "out", "--precision", "fp32")["verify"]["task"]
     assert (t["kind"], t["metric"], t["labelled"]) == ("detection", "map50", True)
     assert 0.3 < t["float"] <= 1.0
 
@@ -114,7 +116,7 @@ def test_segmentation_from_mask_pngs_builds_with_miou(tmp_path):
         np.testing.assert_array_equal(labels[j], masks[int(src[1:3])])
     t = _build(project, tmp_path / "out")["verify"]["task"]
     assert (t["kind"], t["metric"], t["labelled"]) == ("segmentation", "miou", True)
-    assert 0.5 < t["float"] <= 1.0 and "pixel_accuracy" in t["figures"]["float"]
+    assert 0.5 < t["float"] <= 1.0 and "pixel_accuracy" in t["figures"]["float"], t
 
 
 def test_ctc_from_lines_writes_class_ids_and_blank(tmp_path):

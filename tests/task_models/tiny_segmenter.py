@@ -24,7 +24,7 @@ def build():
     return nn.Sequential(nn.Conv2D(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2D(8, 2, 3, padding=1))
 
 
-def train(seconds: float = 6.0, steps: int = 300):
+def train(seconds: float = 120.0, steps: int = 200):
     import time
 
     import paddle
