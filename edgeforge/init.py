@@ -274,8 +274,10 @@ def _created_dirs(root: Path) -> list[Path]:
 def _data(data: DataSource, res: InitResult) -> tuple[dict, dict, dict]:
     """The data files (relative path -> bytes), the [task] keys and the [data] comments."""
     from .init_data import make_data
+    from .init_labels import task_labels
 
-    rep, files = make_data(data, res.inputs, CALIB, EVAL)
+    rep, files = make_data(data, res.inputs, CALIB, EVAL, lambda got: task_labels(
+        data.task, data.labels, got, res.inputs[0], data.charset))
     folder = one_line(data.folder)
     labelled = f", {rep.labelled}" if rep.labelled else ", no labels"
     res.notes.append(f"data: {rep.calibration} calibration + {rep.evaluation} evaluation samples "

@@ -28,6 +28,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -357,18 +358,21 @@ def _read(src: DataSource, inputs: list[dict], root: Path, report: DataReport) -
     return got
 
 
-def make_data(src: DataSource, inputs: list[dict], calib_rel: str, eval_rel: str) -> tuple[DataReport, dict[str, bytes]]:
+def make_data(src: DataSource, inputs: list[dict], calib_rel: str, eval_rel: str,
+              labeller: Callable[[Samples], Any] | None = None) -> tuple[DataReport, dict[str, bytes]]:
     """Read ``src``; return what was read and the files to write (path relative to the project
-    -> bytes): the two .npz files and data/split.json. Nothing is written here."""
-    from .init_labels import task_labels
-
+    -> bytes): the two .npz files and data/split.json. Nothing is written here. ``labeller``:
+    the task's labels of what was read (:func:`edgeforge.init_labels.task_labels`), for a
+    ``src.task`` other than classification."""
     root = Path(src.folder).expanduser()
     report = DataReport()
     got = _read(src, inputs, root, report)
     n = len(got.sources)
     extra = None
     if src.task not in (None, "classification"):
-        extra = task_labels(src.task, src.labels, got, inputs[0], src.charset)
+        if labeller is None:
+            raise ConfigError(f"--task {src.task}: its labels need a labeller (edgeforge.init_labels)")
+        extra = labeller(got)
         report.task, report.notes, report.labelled = extra.task, extra.notes, extra.words
     elif src.labels is not None:
         raise ConfigError("--labels goes with --task detection, segmentation or ctc; a classifier's labels are "
