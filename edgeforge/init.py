@@ -13,8 +13,6 @@ import math
 import os
 import re
 import shlex
-import signal
-import threading
 import shutil
 import tempfile
 from contextlib import contextmanager, suppress
@@ -22,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .errors import ConfigError
+from .errors import ConfigError, signals_held
 from .fsutil import write_files_atomic
 from .inference import RANGES
 from .init_data import MAX_SAMPLE_ELEMENTS, SPLIT, DataSource
@@ -202,25 +200,6 @@ def _document(name: str, model: tuple[dict, dict, bool], inputs: list[dict], tas
     return doc
 
 
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP are noted, not acted on, inside; the first one noted is raised
-    again, to the handler in place before, when the block ends."""
-    held: list[int] = []
-    old = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
-                old[sig] = signal.signal(sig, lambda signum, _frame: held.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        if held:
-            signal.raise_signal(held[0])
-
-
 def _write_new(root: Path, files: dict[str, bytes | str]) -> list[Path]:
     """Write ``files`` (relative to ``root``) together: each complete beside its place, then all
     renamed in; on any failure or signal, none of them is left, nor a temporary. A signal waits
@@ -228,7 +207,7 @@ def _write_new(root: Path, files: dict[str, bytes | str]) -> list[Path]:
     temporary's creation and its record; one that came is raised after, here."""
     paths = {root / rel: content for rel, content in files.items()}
     try:
-        with _signals_held():
+        with signals_held():
             write_files_atomic(paths)
     except BaseException:
         for p in paths:
