@@ -226,6 +226,11 @@ def _project_name(name: str | None, root: Path) -> str:
 
 
 def _check_args(root: Path, source: ModelSource, data: DataSource | None, task: str | None) -> None:
+    paths = {"DIR": str(root), "--from-inference": source.from_inference, "--weights": source.weights,
+             "--data": data and data.folder, "--labels": data and data.labels}
+    for flag, value in paths.items():
+        if value is not None and ("\x00" in value or not value.strip()):
+            raise ConfigError(f"{flag} {one_line(repr(value))}: not a path (empty, or a NUL byte in it)")
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} is a file, not a directory")
     if (source.from_inference is None) == (source.factory is None):

@@ -33,16 +33,13 @@ def train(seconds: float = 120.0, steps: int = 200):
     net = build()
     x, m = scenes(512, seed=1)
     opt = paddle.optimizer.Adam(learning_rate=1e-2, parameters=net.parameters())
-    rng = np.random.default_rng(0)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        idx = rng.integers(0, len(x), 32)
-        logits = net(paddle.to_tensor(x[idx][:, None]))
-        loss = F.cross_entropy(paddle.transpose(logits, [0, 2, 3, 1]), paddle.to_tensor(m[idx][..., None]))
-        loss.backward()
+    deadline = time.perf_counter() + seconds
+    for idx in np.random.default_rng(0).integers(0, len(x), (steps, 32)):
+        if time.perf_counter() > deadline:
+            break
+        logits = paddle.transpose(net(paddle.to_tensor(x[idx][:, None])), [0, 2, 3, 1])
+        F.cross_entropy(logits, paddle.to_tensor(m[idx][..., None])).backward()
         opt.step()
         opt.clear_grad()
-        if time.perf_counter() - t0 > seconds:
-            break
     net.eval()
     return net
