@@ -323,5 +323,5 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
                 d.rmdir()
         raise
     where = "" if root.resolve() == Path.cwd().resolve() else f"{one_line(shlex.quote(str(root)))} "
-    res.next_step = f"edgeforge build {where}--target {target}"
+    res.next_step = f"edgeforge build {where}--target {one_line(shlex.quote(target))}"
     return res
