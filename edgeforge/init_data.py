@@ -182,6 +182,10 @@ def _images(files, spec: dict, src: DataSource) -> tuple[np.ndarray, list[tuple[
 
     c, h, w, first = _image_layout(spec)
     m, s = _per_channel(src.mean, c, "mean"), _per_channel(src.std, c, "std")
+    raw = np.dtype(spec["dtype"]).kind in "iu"          # an integer input takes the pixel values
+    if raw and (m is not None or s is not None):
+        raise ConfigError(f"--mean/--std: input '{spec['name']}' is {spec['dtype']}: images are written as their "
+                          "pixel values (0-255), not normalised", hint="drop --mean and --std")
     _size_check(len(files), [c, h, w], spec["dtype"], f"input '{spec['name']}'")
     how = getattr(getattr(Image, "Resampling", Image), src.resample.upper())
     out = np.empty((len(files), c, h, w) if first else (len(files), h, w, c), dtype="float32")
@@ -192,6 +196,8 @@ def _images(files, spec: dict, src: DataSource) -> tuple[np.ndarray, list[tuple[
                 sizes.append(im.size)
                 deep += im.mode in SIXTEEN_BIT
                 arr = _pixels(im, c, (w, h), how)
+                if raw:
+                    arr = np.rint(arr * (65535.0 if im.mode in SIXTEEN_BIT else 255.0))
         except (OSError, ValueError, SyntaxError) as exc:
             raise ConfigError(f"--data: cannot read image {path}: {exc}") from None
         arr = (arr - (0 if m is None else m)) / (1 if s is None else s)
@@ -199,7 +205,8 @@ def _images(files, spec: dict, src: DataSource) -> tuple[np.ndarray, list[tuple[
     norm = (f"mean {_fmt(m)} / std {_fmt(s)}" if m is not None and s is not None
             else f"mean {_fmt(m)}" if m is not None else f"std {_fmt(s)}" if s is not None
             else "no mean/std")
-    scale = "scale to [0,1]" + (f" ({deep} 16-bit: by 65535)" if deep else "")
+    scale = ("pixel values (0-255" + (", 16-bit 0-65535)" if deep else ")") if raw
+             else "scale to [0,1]" + (f" ({deep} 16-bit: by 65535)" if deep else ""))
     what = (f"{'grayscale' if c == 1 else 'RGB'}, resize to {h}x{w} ({src.resample}), {scale}, "
             f"{norm}, {'NCHW' if first else 'NHWC'} {spec['dtype']}")
     return _cast(out, spec, "the pre-processed images"), sizes, what

@@ -235,3 +235,44 @@ def test_factory_specs_the_build_refuses_are_refused_before_writing(tmp_path):
         _fails(run_cli("init", str(root), "--factory", "m:Net"), fragment)
         assert sorted(p.name for p in root.iterdir() if p.name != "__pycache__") == ["m.py"]
     assert os.listdir(tmp_path)
+
+
+def _rgb16_png(path: Path, a: np.ndarray) -> None:
+    """A 16-bit RGB PNG of ``a`` [h, w, 3] uint16 (Pillow cannot write one)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    h, w, _ = a.shape
+    rows = b"".join(b"\x00" + a[r].astype(">u2").tobytes() for r in range(h))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_sixteen_bit_rgb_png_is_scaled(tmp_path):
+    """Pillow reads a 16-bit RGB PNG as 8-bit (its high byte): scaled, within 1/255 of x/65535."""
+    data = tmp_path / "imgs"
+    data.mkdir()
+    a = (np.arange(8 * 8 * 3).reshape(8, 8, 3) * 340).astype("uint16")                 # 0 .. 65,220
+    for i in range(3):
+        _rgb16_png(data / f"{i}.png", a)
+    res = run_cli("init", str(tmp_path / "p"), "--factory", "m:Net", "--input", "x:-1,3,8,8", "--data", str(data))
+    assert res.returncode == 0, res.stderr
+    with np.load(tmp_path / "p" / "data" / "eval.npz") as z:
+        np.testing.assert_allclose(z["x"][0].transpose(1, 2, 0), a / 65535.0, atol=1 / 255)
+
+
+def test_integer_inputs_take_the_pixel_values(tmp_path):
+    """A uint8 input gets the bytes 0-255 (not [0, 1] cast to 0 and 1); --mean with it is refused."""
+    data = _gray(tmp_path / "imgs", n=6)
+    res = run_cli("init", str(tmp_path / "p"), "--factory", "m:Net", "--input", "x:-1,8,8,1:uint8",
+                  "--data", str(data))
+    assert res.returncode == 0, res.stderr
+    assert "pixel values (0-255), no mean/std, NHWC uint8" in res.stdout
+    import json
+
+    split = json.loads((tmp_path / "p" / "data" / "split.json").read_text())
+    with np.load(tmp_path / "p" / "data" / "eval.npz") as z:
+        assert z["x"].dtype == np.uint8
+        np.testing.assert_array_equal(z["x"][0, :, :, 0], np.asarray(Image.open(data / split["evaluation"][0])))
+    _fails(run_cli("init", str(tmp_path / "q"), "--factory", "m:Net", "--input", "x:-1,8,8,1:uint8",
+                   "--data", str(data), "--mean", "0.5"), "images are written as their pixel values")
