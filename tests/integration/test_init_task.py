@@ -162,3 +162,28 @@ def test_task_labels_refused_with_one_line(tmp_path, task, labels, fragment):
                   *extra, cwd=tmp_path)
     assert res.returncode == 2 and fragment in res.stderr and res.stderr.count("\n") == 1, res.stderr
     assert not (tmp_path / "proj").exists()
+
+
+@pytest.mark.slow
+def test_ctc_from_lines_builds_with_sequence_accuracy(tmp_path):
+    import paddle
+
+    ctc = _model("ctc_digits")
+    work = tmp_path / "user"
+    (work / "lines").mkdir(parents=True)
+    shutil.copy(MODELS / "ctc_digits.py", work)
+    paddle.save(ctc.train(seconds=600, steps=400).state_dict(), str(work / "ctc.pdparams"))   # by steps
+    x, labels = ctc.strings(90, seed=5)
+    rows = []
+    for i in range(len(x)):
+        Image.fromarray((x[i, 0] * 255).round().astype("uint8"), "L").save(work / "lines" / f"l{i:02d}.png")
+        rows.append(f"l{i:02d}.png " + "".join(str(d) for d in labels[i] if d >= 0))
+    (work / "gt.txt").write_text("\n".join(rows) + "\n")
+    res = run_cli("init", "proj", "--factory", "ctc_digits:build", "--weights", "ctc.pdparams", "--input",
+                  "x:-1,1,8,32", "--data", "lines", "--task", "ctc", "--labels", "gt.txt", "--charset", "0123456789",
+                  "--max-metric-drop", "5", cwd=work)
+    assert res.returncode == 0, res.stderr
+    shutil.copy(MODELS / "ctc_digits.py", work / "proj")
+    t = _build(work / "proj", tmp_path / "out")["verify"]["task"]
+    assert (t["kind"], t["metric"], t["labelled"]) == ("ctc", "sequence_accuracy", True)
+    assert 0.2 < t["float"] <= 1.0, t
