@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import ConfigError, signals_held
-from .fsutil import write_files_atomic
+from .fsutil import writable_dir, write_files_atomic
 from .inference import RANGES
 from .init_data import MAX_SAMPLE_ELEMENTS, SPLIT, DataSource
 from .init_toml import TomlDoc, check, check_input_name, one_line, render
+from .oserror import os_error_text
 from .manifest import TENSOR_NAME, TENSOR_NAME_WORDS
 from .project import PROJECT_FILE
 
@@ -281,9 +282,19 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
                  max_metric_drop: float | None = None) -> InitResult:
     """Write DIR/edgeforge.toml (and, with ``data``, DIR/data/*.npz and data/split.json). See the
     module doc. Everything the build would refuse is refused before anything is written; a
-    failure or a signal leaves nothing behind: no file, no directory init made."""
-    root = Path(directory).expanduser()
+    failure or a signal leaves nothing behind: no file, no directory init made. A file system
+    that refuses (a name too long, no space, no permission) is one line, exit 2."""
+    try:
+        return _init_project(Path(directory).expanduser(), source, data, name=name, target=target, task=task,
+                             max_metric_drop=max_metric_drop)
+    except OSError as exc:
+        raise ConfigError(f"init: {one_line(os_error_text(exc))}") from None
+
+
+def _init_project(root: Path, source: ModelSource, data: DataSource | None, *, name: str | None, target: str,
+                  task: str | None, max_metric_drop: float | None) -> InitResult:
     _check_args(root, source, data, task)
+    writable_dir(root, "DIR", what="the project directory", create=False)
     res = InitResult(root=root)
     proj_name = _project_name(name, root)
     given = [parse_input(t) for t in source.inputs]

@@ -276,3 +276,10 @@ def test_integer_inputs_take_the_pixel_values(tmp_path):
         np.testing.assert_array_equal(z["x"][0, :, :, 0], np.asarray(Image.open(data / split["evaluation"][0])))
     _fails(run_cli("init", str(tmp_path / "q"), "--factory", "m:Net", "--input", "x:-1,8,8,1:uint8",
                    "--data", str(data), "--mean", "0.5"), "images are written as their pixel values")
+
+
+@pytest.mark.parametrize("where", ["a" * 300, "/proc/x", "/dev/null/x", "f/x"])
+def test_a_directory_the_file_system_refuses_is_one_line(tmp_path, where):
+    (tmp_path / "f").write_text("a file")
+    _fails(run_cli("init", where, *FACTORY, cwd=tmp_path), "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]

@@ -28,7 +28,7 @@ SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=N
 MANY = settings(SETTINGS, max_examples=1500)
 
 HOSTILE = ['a"b', "x\n[task]", 'x"\nkind = "ctc', "labels", "", " ", "x y", "\x00", "é", "../x", "a\\b",
-           "$(id)", "x" * 200, "[model]", "#", "'''"]
+           "$(id)", "x" * 200, "y" * 300, "[model]", "#", "'''"]
 names = st.one_of(st.sampled_from(["x", "image", "_a.b/c:d-0", *HOSTILE]), st.text(max_size=12))
 dims = st.one_of(st.integers(-3, 64), st.integers(-3, 10**25),
                  st.sampled_from(["1e19", "nan", "inf", "x", "", " 8", "0x10", "-0"]))
