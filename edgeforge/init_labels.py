@@ -76,9 +76,13 @@ class Coco(_Loose):
 
 def _text(path: Path, what: str) -> str:
     try:
-        if path.stat().st_size > MAX_LABEL_BYTES:
+        if path.is_dir():
+            raise ConfigError(f"--labels {path}: a directory, not a file ({what})")
+        with open(path, "rb") as fh:                   # read at most the cap: /dev/zero has no size
+            raw = fh.read(MAX_LABEL_BYTES + 1)
+        if len(raw) > MAX_LABEL_BYTES:
             raise ConfigError(f"--labels {path}: larger than init reads ({MAX_LABEL_BYTES >> 20} MiB)")
-        return path.read_text(encoding="utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"--labels {path}: not UTF-8 text ({what})") from None
     except OSError as exc:
