@@ -292,3 +292,14 @@ def test_label_files_are_bounded_and_named(tmp_path, labels, fragment):
     _fails(run_cli("init", "p", *FACTORY, "--data", "imgs", "--task", "ctc", "--labels", labels, cwd=tmp_path),
            fragment)
     assert not (tmp_path / "p").exists()
+
+
+def test_a_program_input_name_the_build_refuses_is_refused_before_writing(tmp_path):
+    """An exported program whose input is named with a quote and a line break (Paddle takes it)."""
+    script = ("import sys, paddle\npaddle.jit.save(paddle.nn.Linear(6, 3), sys.argv[1], input_spec=["
+              "paddle.static.InputSpec([None, 6], 'float32', sys.argv[2])])\n")
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "exp" / "inf"), 'a"b\n[task]'], check=True,
+                   env=dict(os.environ, FLAGS_enable_pir_api="0"), capture_output=True, timeout=300)
+    res = run_cli("init", str(tmp_path / "p"), "--from-inference", str(tmp_path / "exp" / "inf"))
+    _fails(res, "input name 'a\"b\\n[task]' is not one the build takes")
+    assert not (tmp_path / "p").exists()
