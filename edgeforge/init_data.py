@@ -342,6 +342,11 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 def _read(src: DataSource, inputs: list[dict], root: Path, report: DataReport) -> Samples:
     files, classes = _files(root, folders_are_classes=src.task in (None, "classification"))
+    if src.labels is not None:                    # masks kept inside --data are labels, not samples
+        labels = Path(src.labels).expanduser().resolve()
+        files = [(p, c) for p, c in files if labels not in p.resolve().parents and p.resolve() != labels]
+        if not files:
+            raise ConfigError(f"--data {root}: no images outside --labels {src.labels}")
     report.classes = classes
     if files[0][0].suffix.lower() in IMAGES:
         if len(inputs) != 1:

@@ -59,6 +59,8 @@ def cmd_init(args) -> int:
         raise ConfigError("--mean and --std go with --data (they pre-process its images)")
     elif args.labels is not None or args.charset is not None:
         raise ConfigError("--labels and --charset go with --data (the images they label)")
+    if args.charset is not None and args.task != "ctc":
+        raise ConfigError("--charset goes with --task ctc (the characters' classes)")
     if args.max_metric_drop is not None and args.task is None:
         raise ConfigError("--max-metric-drop goes with --task (it is the task metric's budget)")
     res = init_project(args.dir, source, data, name=args.name, target=args.target, task=args.task,
