@@ -153,7 +153,8 @@ def _model_inputs(root: Path, source: ModelSource, given: list[dict], res: InitR
 
         res.inputs = agree(program, given, "--input") if given else program
         return ({"inference": _rel(prefix, root)},
-                {"model.inference": "an exported prefix.pdmodel or .json + prefix.pdiparams"}, bool(given))
+                {"model.inference": "an exported prefix.pdmodel or .json + prefix.pdiparams"},
+                bool(given) or any(_unranged(s) for s in res.inputs))   # declared: the ranges go there
     factory = source.factory
     if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
         raise ConfigError(f"--factory {one_line(repr(factory))}: write it as module:Class (importable from {root})")
