@@ -9,17 +9,30 @@ before anything is written.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
+import shlex
+import shutil
 import tempfile
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
-from .errors import ConfigError
+from .errors import ConfigError, signals_held
+from .fsutil import writable_dir, write_files_atomic
+from .inference import RANGES
+from .init_data import MAX_SAMPLE_ELEMENTS, SPLIT, DataSource
+from .init_toml import TomlDoc, check, check_input_name, one_line, render
+from .oserror import os_error_text
+from .manifest import TENSOR_NAME, TENSOR_NAME_WORDS
 from .project import PROJECT_FILE
 
 CALIB, EVAL = "data/calib.npz", "data/eval.npz"
 DTYPES = ("float32", "float16", "int64", "int32", "uint8")
+TASKS = ("classification", "detection", "segmentation", "ctc")
+__all__ = ["DataSource", "InitResult", "ModelSource", "init_project", "parse_input"]
 
 
 @dataclass
@@ -41,30 +54,34 @@ class ModelSource:
     inputs: list[str] = field(default_factory=list)      # name:shape:dtype
 
 
-@dataclass
-class DataSource:
-    """``--data DIR`` and how its images are pre-processed."""
-    folder: str
-    mean: str | None = None
-    std: str | None = None
-    resample: str = "bilinear"
-
-
 def parse_input(text: str) -> dict:
     """``x:-1,1,32,32:float32`` (dtype optional, float32) -> an input spec."""
     parts = text.split(":")
-    if len(parts) not in (2, 3) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.:/-]*", parts[0]):
-        raise ConfigError(f"--input {text!r}: write it as name:shape:dtype, e.g. x:-1,3,224,224:float32")
+    name = ":".join(parts[:-2]) if len(parts) > 3 else parts[0]
+    parts = [name, *parts[-2:]] if len(parts) > 3 else parts
+    if len(parts) not in (2, 3) or not TENSOR_NAME.match(parts[0]):
+        raise ConfigError(f"--input {one_line(repr(text))}: write it as name:shape:dtype, e.g. x:-1,3,224,224:float32 "
+                          f"(the name: {TENSOR_NAME_WORDS})")
     try:
         shape = [int(d) for d in parts[1].replace("x", ",").split(",") if d.strip()]
     except ValueError:
-        raise ConfigError(f"--input {text!r}: the shape is integers separated by commas (-1: free)") from None
+        raise ConfigError(f"--input {one_line(repr(text))}: the shape is integers separated by commas (-1: free)") from None
     if not shape or any(d == 0 or d < -1 for d in shape):
-        raise ConfigError(f"--input {text!r}: dimensions must be positive, or -1 for a free one")
+        raise ConfigError(f"--input {one_line(repr(text))}: dimensions must be positive, or -1 for a free one")
     dtype = parts[2] if len(parts) == 3 else "float32"
     if dtype not in DTYPES:
-        raise ConfigError(f"--input {text!r}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    return {"name": parts[0], "shape": shape, "dtype": dtype}
+        raise ConfigError(f"--input {one_line(repr(text))}: dtype {one_line(repr(dtype))} is not one of {', '.join(DTYPES)}")
+    spec = {"name": parts[0], "shape": shape, "dtype": dtype}
+    check_sample(spec, "--input")
+    return spec
+
+
+def check_sample(spec: dict, where: str) -> None:
+    """One sample of ``spec`` (free dimensions at 1) within :data:`MAX_SAMPLE_ELEMENTS`."""
+    sample = [max(d, 1) for d in spec["shape"][1:]]
+    if math.prod(sample) > MAX_SAMPLE_ELEMENTS:
+        raise ConfigError(f"{where}: input '{spec['name']}' {spec['shape']}: one sample has {math.prod(sample):.3g} "
+                          f"elements, more than init takes ({MAX_SAMPLE_ELEMENTS:,})", hint="check the shape")
 
 
 def factory_inputs(root: str, factory: str) -> dict:
@@ -107,107 +124,216 @@ def _unranged(spec: dict) -> bool:
     return any(d == -1 for d in spec["shape"][1:]) and not spec.get("min_shape")
 
 
-def _toml(name: str, model: list[str], inputs: list[dict], declared: bool, data: list[str]) -> str:
-    lines = [f'name = "{name}"', "", "[model]", *model]
-    if not declared:
-        lines += ["# inputs, from the program: " + "; ".join(f"{s['name']} {s['shape']} {s['dtype']}" for s in inputs)]
-    for s in inputs if declared else []:
-        lines += ["", "[[model.inputs]]", f'name = "{s["name"]}"', f"shape = {s['shape']}", f'dtype = "{s["dtype"]}"']
-        lines += [f"{k} = {s[k]}" for k in ("min_shape", "opt_shape", "max_shape") if s.get(k)]
-        if _unranged(s):
-            lines += ["# a free dimension beyond the batch needs its range: min_shape = [...], opt_shape = [...], "
-                      "max_shape = [...] (docs/export.md \"Free dimensions\")"]
-    lines += ["", "[data]", *data, ""]
-    return "\n".join(lines)
+@contextmanager
+def _child_log(name: str) -> Iterator[Path]:
+    """A log path for a child process, in a fresh temporary directory that is removed when the
+    child's work is done, and kept when an error names its log (the line then points at a file
+    that exists)."""
+    tmp = Path(tempfile.mkdtemp(prefix="edgeforge-init-"))
+    log = tmp / name
+    try:
+        yield log
+    except BaseException as exc:
+        if str(log) not in str(exc):
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
-def init_project(directory: str | Path, source: ModelSource, data: DataSource | None = None, *,
-                 name: str | None = None, target: str = "linux-x86") -> InitResult:
-    """Write DIR/edgeforge.toml (and, with ``data``, DIR/data/*.npz). See the module doc."""
+def _model_inputs(root: Path, source: ModelSource, given: list[dict], res: InitResult) -> tuple[dict, dict, bool]:
+    """The [model] keys, their comments, and whether the inputs are declared; ``res.inputs`` set."""
     from .inference import run_read
     from .native import run_native
 
-    from_inference, factory, weights, inputs = source.from_inference, source.factory, source.weights, source.inputs
-
-    root = Path(directory).expanduser()
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"{root} is a file, not a directory")
-    if (from_inference is None) == (factory is None):
-        raise ConfigError("init needs the model: --from-inference PREFIX (an exported prefix.pdmodel or prefix.json) "
-                          "or --factory module:Class")
-    if weights is not None and factory is None:
-        raise ConfigError("--weights goes with --factory (an inference model holds its parameters)")
-    targets = [root / PROJECT_FILE] + ([root / CALIB, root / EVAL] if data else [])
-    for t in targets:
-        if t.exists():
-            raise ConfigError(f"init never overwrites a file: {t} exists",
-                              hint="move it away, or init another directory")
-    res = InitResult(root=root)
-    given = [parse_input(t) for t in inputs]
-    model: list[str]
-    if from_inference is not None:
-        prefix = Path(from_inference).expanduser().resolve()
-        with tempfile.TemporaryDirectory(prefix="edgeforge-init-") as tmp:
-            program = run_read(prefix, Path(tmp) / "read.log", pass_name="init", key="--from-inference")["inputs"]
+    if source.from_inference is not None:
+        prefix = Path(source.from_inference).expanduser().resolve()
+        with _child_log("read.log") as log:
+            program = run_read(prefix, log, pass_name="init", key="--from-inference")["inputs"]
         from .inference import agree
 
         res.inputs = agree(program, given, "--input") if given else program
-        model = [f'inference = "{_rel(prefix, root)}"   # an exported prefix.pdmodel or .json + prefix.pdiparams']
+        return ({"inference": _rel(prefix, root)},
+                {"model.inference": "an exported prefix.pdmodel or .json + prefix.pdiparams"},
+                bool(given) or any(_unranged(s) for s in res.inputs))   # declared: the ranges go there
+    factory = source.factory
+    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
+        raise ConfigError(f"--factory {one_line(repr(factory))}: write it as module:Class (importable from {root})")
+    found: list[dict] = []
+    if not given:
+        with _child_log("factory.log") as log:
+            got = run_native("init", f"factory '{factory}'", factory_inputs, (str(root.resolve()), factory),
+                             log, timeout=600, hint=f"init imports it from DIR in a child process: see {log}")
+        if "error" in got:
+            raise ConfigError(f"--factory {factory}: {one_line(got['error'])}",
+                              hint="init imports it from DIR: check the module and the class")
+        found = got["ok"]
+    if not given and not found:
+        raise ConfigError(f"{factory}'s forward declares no InputSpec: give its inputs",
+                          hint="--input name:shape:dtype per input, e.g. --input x:-1,3,224,224:float32")
+    res.inputs = given or found
+    keys, comments = {"factory": factory}, {"model.factory": "module:callable returning a paddle.nn.Layer"}
+    if source.weights is not None:
+        w = Path(source.weights).expanduser()
+        keys["weights"] = _rel(w, root)
+        if not (w if w.is_absolute() else root / w).is_file():
+            res.missing.append(f"the weights file {one_line(source.weights)} (not there yet)")
     else:
-        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
-            raise ConfigError(f"--factory {factory!r}: write it as module:Class (importable from {root})")
-        found: list[dict] = []
-        if not given:
-            with tempfile.TemporaryDirectory(prefix="edgeforge-init-") as tmp:
-                got = run_native("init", f"factory '{factory}'", factory_inputs, (str(root.resolve()), factory),
-                                 Path(tmp) / "factory.log", timeout=600)
-            if "error" in got:
-                raise ConfigError(f"--factory {factory}: {got['error']}",
-                                  hint="init imports it from DIR: check the module and the class")
-            found = got["ok"]
-        if not given and not found:
-            raise ConfigError(f"{factory}'s forward declares no InputSpec: give its inputs",
-                              hint="--input name:shape:dtype per input, e.g. --input x:-1,3,224,224:float32")
-        res.inputs = given or found
-        model = [f'factory = "{factory}"   # module:callable returning a paddle.nn.Layer']
-        if weights is not None:
-            w = Path(weights).expanduser()
-            model.append(f'weights = "{_rel(w, root)}"')
-            if not (w if w.is_absolute() else root / w).is_file():
-                res.missing.append(f"the weights file {weights} (not there yet)")
-        else:
-            res.missing.append("weights: none given, the factory's own initial parameters are built "
-                               "(add weights = \"F.pdparams\" under [model])")
-    proj_name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", root.resolve().name).lstrip("-_.") or "model"
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", proj_name):
-        raise ConfigError(f"--name {proj_name!r}: use {'letters, digits, _ . -'}, starting with a letter or digit")
-    root.mkdir(parents=True, exist_ok=True)
-    datalines = [f'calibration = "{CALIB}"', f'evaluation = "{EVAL}"']
-    if data is not None:
-        from .init_data import make_data
+        res.missing.append("weights: none given, the factory's own initial parameters are built "
+                           "(add weights = \"F.pdparams\" under [model])")
+    return keys, comments, True
 
-        rep = make_data(Path(data.folder).expanduser(), res.inputs, root / CALIB, root / EVAL, mean=data.mean,
-                        std=data.std, resample=data.resample)
-        res.written += [root / CALIB, root / EVAL]
-        labelled = f", labels from {len(rep.classes)} sub-folders" if rep.classes else ", no labels"
-        datalines = [f'calibration = "{CALIB}"   # {rep.calibration} samples from {data.folder}',
-                     f'evaluation = "{EVAL}"     # {rep.evaluation} samples{labelled}']
-        res.notes.append(f"data: {rep.calibration} calibration + {rep.evaluation} evaluation samples "
-                         f"(1:2){labelled}")
-        res.notes.append(f"pre-processing: {rep.preprocessing}")
-        if not rep.classes:
-            res.notes.append("no labels: verify compares outputs by cosine (sub-folders per class give "
-                             "accuracy)")
+
+def _document(name: str, model: tuple[dict, dict, bool], inputs: list[dict], task: dict) -> TomlDoc:
+    keys, comments, declared = model
+    doc = TomlDoc(tables={"": {"name": name}, "model": dict(keys),
+                          "data": {"calibration": CALIB, "evaluation": EVAL}}, comments=dict(comments))
+    if declared:
+        doc.inputs = [{k: s[k] for k in ("name", "shape", "dtype", *RANGES) if s.get(k)} for s in inputs]
+        for s in inputs:
+            if _unranged(s):
+                doc.notes[f"input:{s['name']}"] = ["a free dimension beyond the batch needs its range: min_shape = "
+                                                   "[...], opt_shape = [...], max_shape = [...] (docs/export.md "
+                                                   "\"Free dimensions\")"]
     else:
-        res.missing.append(f"data: {CALIB} and {EVAL} (one array per input name, first axis = samples; "
-                           "`labels` in the evaluation file) or init again with --data DIR")
-    free = [s["name"] for s in res.inputs if _unranged(s)]
-    if free:
-        res.missing.append(f"the ranges of {', '.join(free)}'s free dimensions beyond the batch: add min_shape, "
-                           "opt_shape and max_shape under its [[model.inputs]] (docs/export.md \"Free dimensions\")")
-    (root / PROJECT_FILE).write_text(_toml(proj_name, model, res.inputs, factory is not None or bool(given) or bool(free),
-                                           datalines))
-    res.written.insert(0, root / PROJECT_FILE)
-    where = "" if root.resolve() == Path.cwd().resolve() else f"{root} "
-    res.next_step = f"edgeforge build {where}--target {target}"
+        doc.notes["model"] = ["inputs, from the program: " + "; ".join(f"{s['name']} {s['shape']} {s['dtype']}"
+                                                                      for s in inputs)]
+    if task:
+        doc.tables["task"] = dict(task)
+    return doc
+
+
+def _write_new(root: Path, files: dict[str, bytes | str]) -> list[Path]:
+    """Write ``files`` (relative to ``root``) together: each complete beside its place, then all
+    renamed in; on any failure or signal, none of them is left, nor a temporary. A signal waits
+    while the files are written (bounded: MAX_DATA_BYTES), so it never falls between a
+    temporary's creation and its record; one that came is raised after, here."""
+    paths = {root / rel: content for rel, content in files.items()}
+    try:
+        with signals_held():
+            write_files_atomic(paths)
+    except BaseException:
+        for p in paths:
+            p.unlink(missing_ok=True)
+        raise
+    return list(paths)
+
+
+def _project_name(name: str | None, root: Path) -> str:
+    proj = name if name is not None else (re.sub(r"[^A-Za-z0-9_.-]", "-", root.resolve().name).lstrip("-_.")
+                                          or "model")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", proj):
+        raise ConfigError(f"--name {one_line(repr(proj))}: use letters, digits, _ . - (at most 128), "
+                          "starting with a letter or digit")
+    return proj
+
+
+def _check_args(root: Path, source: ModelSource, data: DataSource | None, task: str | None) -> None:
+    paths = {"DIR": str(root), "--from-inference": source.from_inference, "--weights": source.weights,
+             "--data": data and data.folder, "--labels": data and data.labels}
+    for flag, value in paths.items():
+        if value is not None and ("\x00" in value or not value.strip()):
+            raise ConfigError(f"{flag} {one_line(repr(value))}: not a path (empty, or a NUL byte in it)")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{root} is a file, not a directory")
+    if (source.from_inference is None) == (source.factory is None):
+        raise ConfigError("init needs the model: --from-inference PREFIX (an exported prefix.pdmodel or prefix.json) "
+                          "or --factory module:Class")
+    if source.weights is not None and source.factory is None:
+        raise ConfigError("--weights goes with --factory (an inference model holds its parameters)")
+    if task is not None and task not in TASKS:
+        raise ConfigError(f"--task {one_line(repr(task))}: one of {', '.join(TASKS)}")
+    for rel in [PROJECT_FILE] + ([CALIB, EVAL, SPLIT] if data else []):
+        if (root / rel).exists() or (root / rel).is_symlink():
+            raise ConfigError(f"init never overwrites a file: {one_line(root / rel)} exists",
+                              hint="move it away, or init another directory")
+
+
+def _created_dirs(root: Path) -> list[Path]:
+    """The directories init would create for ``root``/data, deepest first."""
+    out, p = [], (root / "data").absolute()
+    while not p.exists():
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _data(data: DataSource, res: InitResult) -> tuple[dict, dict, dict]:
+    """The data files (relative path -> bytes), the [task] keys and the [data] comments."""
+    from .init_data import make_data
+    from .init_labels import task_labels
+
+    rep, files = make_data(data, res.inputs, CALIB, EVAL, lambda got: task_labels(
+        data.task, data.labels, got, res.inputs[0], data.charset))
+    folder = one_line(data.folder)
+    labelled = f", {rep.labelled}" if rep.labelled else ", no labels"
+    res.notes.append(f"data: {rep.calibration} calibration + {rep.evaluation} evaluation samples "
+                     f"(1:2, seed {data.seed}, sources in {SPLIT}){labelled}")
+    res.notes.append(f"pre-processing: {rep.preprocessing}")
+    res.notes += rep.notes
+    if not rep.labelled:
+        res.notes.append("no labels: verify compares outputs by cosine (sub-folders per class give "
+                         "accuracy; --task with --labels the task's metric)")
+    comments = {"data.calibration": f"{rep.calibration} samples from {folder}",
+                "data.evaluation": f"{rep.evaluation} samples{labelled}; sources: {SPLIT}"}
+    return files, rep.task, comments
+
+
+def init_project(directory: str | Path, source: ModelSource, data: DataSource | None = None, *,
+                 name: str | None = None, target: str = "linux-x86", task: str | None = None,
+                 max_metric_drop: float | None = None) -> InitResult:
+    """Write DIR/edgeforge.toml (and, with ``data``, DIR/data/*.npz and data/split.json). See the
+    module doc. Everything the build would refuse is refused before anything is written; a
+    failure or a signal leaves nothing behind: no file, no directory init made. A file system
+    that refuses (a name too long, no space, no permission) is one line, exit 2."""
+    try:
+        return _init_project(Path(directory).expanduser(), source, data, name=name, target=target, task=task,
+                             max_metric_drop=max_metric_drop)
+    except OSError as exc:
+        raise ConfigError(f"init: {one_line(os_error_text(exc))}") from None
+
+
+def _init_project(root: Path, source: ModelSource, data: DataSource | None, *, name: str | None, target: str,
+                  task: str | None, max_metric_drop: float | None) -> InitResult:
+    _check_args(root, source, data, task)
+    writable_dir(root, "DIR", what="the project directory", create=False)
+    res = InitResult(root=root)
+    proj_name = _project_name(name, root)
+    given = [parse_input(t) for t in source.inputs]
+    model = _model_inputs(root, source, given, res)
+    for s in res.inputs:
+        check_input_name(s["name"], "init")
+        if s["dtype"] not in DTYPES:
+            raise ConfigError(f"init: input '{s['name']}' is {one_line(s['dtype'])}; the build takes {', '.join(DTYPES)}",
+                              hint="cast it in the model, or give --input name:shape:dtype")
+        check_sample(s, "init")
+    task_keys = {"kind": task} if task is not None else {}
+    check(_document(proj_name, model, res.inputs, task_keys))
+    made = _created_dirs(root)
+    try:
+        files: dict[str, bytes | str] = {}
+        comments = {}
+        if data is not None:
+            data.task = task
+            files, task_keys, comments = _data(data, res)
+        else:
+            res.missing.append(f"data: {CALIB} and {EVAL} (one array per input name, first axis = samples; "
+                               "`labels` in the evaluation file) or init again with --data DIR")
+        free = [s["name"] for s in res.inputs if _unranged(s)]
+        if free:
+            res.missing.append(f"the ranges of {', '.join(free)}'s free dimensions beyond the batch: add min_shape, "
+                               "opt_shape and max_shape under its [[model.inputs]] (docs/export.md \"Free dimensions\")")
+        if max_metric_drop is not None:
+            task_keys = {"kind": task, **task_keys, "max_metric_drop": max_metric_drop}
+        doc = _document(proj_name, model, res.inputs, task_keys)
+        doc.comments.update(comments)
+        files = {PROJECT_FILE: render(doc), **files}
+        root.mkdir(parents=True, exist_ok=True)
+        res.written = _write_new(root, files)
+    except BaseException:
+        for d in made:
+            with suppress(OSError):
+                d.rmdir()
+        raise
+    where = "" if root.resolve() == Path.cwd().resolve() else f"{one_line(shlex.quote(str(root)))} "
+    res.next_step = f"edgeforge build {where}--target {one_line(shlex.quote(target))}"
     return res

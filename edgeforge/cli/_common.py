@@ -102,10 +102,12 @@ def number(cast, what: str, allow_zero: bool = False, *, at_most: float, at_leas
     return parse
 
 
-def numbers(cast, what: str, *, at_most: float, as_text: bool = False):
-    """An argparse type: a comma-separated list of ``cast`` numbers, each > 0 and <= ``at_most``;
-    a tuple (``as_text``: the text back, checked, for a verb that parses it later)."""
-    one = number(cast, what, at_most=at_most)
+def numbers(cast, what: str, *, at_most: float, as_text: bool = False, at_least: float = 0,
+            allow_zero: bool = False):
+    """An argparse type: a comma-separated list of ``cast`` numbers, each > ``at_least`` (>= with
+    ``allow_zero``) and <= ``at_most``; a tuple (``as_text``: the text back, checked, for a verb
+    that parses it later)."""
+    one = number(cast, what, allow_zero, at_most=at_most, at_least=at_least)
 
     def parse(text: str):
         items = [x for x in str(text).split(",") if x.strip()]
@@ -115,7 +117,7 @@ def numbers(cast, what: str, *, at_most: float, as_text: bool = False):
             values = tuple(one(x) for x in items)
         except argparse.ArgumentTypeError:
             raise argparse.ArgumentTypeError(f"expected comma-separated {what} "
-                                             f"{_bounds(0, at_most, False)}, not {text!r}") from None
+                                             f"{_bounds(at_least, at_most, allow_zero)}, not {text!r}") from None
         return ",".join(x.strip() for x in items) if as_text else values
 
     parse.__name__ = what

@@ -7,7 +7,16 @@ import pytest
 from PIL import Image
 
 from edgeforge.errors import ConfigError
-from edgeforge.init_data import make_data
+from edgeforge.init_data import DataSource
+from edgeforge.init_data import make_data as _make
+
+
+def make_data(folder, inputs, calib, evals, **kw):
+    """make_data, its files written where the old signature wrote them."""
+    rep, files = _make(DataSource(str(folder), **kw), inputs, "c", "e")
+    calib.write_bytes(files["c"])
+    evals.write_bytes(files["e"])
+    return rep
 
 
 def _rgb_folder(root, per_class=3):

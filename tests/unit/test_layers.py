@@ -12,6 +12,8 @@ ROWS = {
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "results": 1, "quant": 1,
     "manifest": 1.2,                    # the build manifest's one model (config's DTypes, describe)
     "init_data": 1,
+    "init_labels": 1.3,                 # init --task's labels (COCO, masks, CTC lines) into init_data's rows
+    "init_toml": 2.5,                   # init's one edgeforge.toml writer, checked by project's model
     "task": 1.2,                        # task metrics (numpy); user metrics in a child (native)
     "inference": 1.5,                   # an exported program, read in a child (native)
     "project": 2, "targets": 2, "report": 2, "remote_cache": 2,
