@@ -105,7 +105,7 @@ def render(data: dict, rows: list[str]) -> str:
     def mark(c: dict | None) -> str:
         if c is None:
             return "— (not run)"
-        text = ("✓ " if c["ok"] and not c["limit"] else "✗ ") + c["figure"]
+        text = ("⊘ " if c["limit"] else "✓ " if c["ok"] else "✗ ") + c["figure"]
         if c.get("note"):
             if c["note"] not in notes:
                 notes.append(c["note"])
@@ -127,11 +127,12 @@ def render(data: dict, rows: list[str]) -> str:
            "",
            "PP-LCNet x0.5 and PP-HGNetV2-B0 (`paddleclas` 2.6.0) on sklearn's digits at 64x64, PP-LiteSeg/STDC1 "
            "(`paddleseg` 2.8.0) on the digits' stroke masks (2 classes), PicoDet-S (`paddledet` 2.6.0: LCNet "
-           "x0.75, CSP-PAN 96, PicoHeadV2, multiclass NMS in the graph) on 256x256 scenes of digits pasted on "
-           "crops of sklearn's sample photos; each trained briefly (tests/zoo/suite_models.py) and exported "
+           "x0.75, CSP-PAN 96, PicoHeadV2, multiclass NMS in the graph) on 256x256 scenes of digits (32-64 px) "
+           "pasted on crops of sklearn's sample photos (trained on 128x128 ones); each trained briefly (tests/zoo/suite_models.py) and exported "
            "with `paddle.jit.save`, PIR `.json` and legacy `.pdmodel`. Cells: the task metric of the artifact "
            "(float in brackets) as verify measured it on the host; Lite arm: the `.nb`, INT8 simulated by "
-           "Paddle Inference on the fake-quant program. A refusal (exit 2) names the command that works.",
+           "Paddle Inference on the fake-quant program. ⊘: an exit-2 refusal before any pass, whose one "
+           "line names the command that works, or an export Paddle itself cannot write.",
            "", *lines, ""]
     out += [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
     return "\n".join(out + ["", END, ""])
