@@ -33,6 +33,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+import paddle.nn as nn
 
 WHEELS = ["paddleclas==2.6.0", "paddleseg==2.8.0", "paddledet==2.6.0", "pycocotools", "six", "typeguard==2.13.3"]
 PACKAGES = Path(os.environ.get("EDGEFORGE_SUITE_PACKAGES",
@@ -133,70 +134,60 @@ def build(name: str):
     if name == "pp_hgnetv2":
         return suite_module("paddleclas.ppcls.arch.backbone.legendary_models.pp_hgnet_v2").PPHGNetV2_B0(class_num=10)
     if name == "pp_liteseg":
-        return _liteseg()
+        return LiteSeg()
     if name == "picodet_s":
-        return _picodet()
+        return PicoDet()
     raise ValueError(f"not a suite model: {name}")
 
 
-def _liteseg():
-    import paddle.nn as nn
+class LiteSeg(nn.Layer):
+    """PP-LiteSeg/STDC1 on 2 classes; in eval mode the one logit map [N, 2, H, W]."""
 
-    stdc = suite_module("paddleseg.models.backbones.stdcnet")
-    seg = suite_module("paddleseg.models.pp_liteseg")
+    def __init__(self):
+        super().__init__()
+        stdc = suite_module("paddleseg.models.backbones.stdcnet")
+        self.net = suite_module("paddleseg.models.pp_liteseg").PPLiteSeg(num_classes=2, backbone=stdc.STDC1())
 
-    class LiteSeg(nn.Layer):
-        """PP-LiteSeg/STDC1; eval mode gives the one logit map [N, 2, H, W]."""
-
-        def __init__(self):
-            super().__init__()
-            self.net = seg.PPLiteSeg(num_classes=2, backbone=stdc.STDC1())
-
-        def forward(self, x):
-            out = self.net(x)
-            return out[0] if not self.training else out
-
-    return LiteSeg()
+    def forward(self, x):
+        out = self.net(x)
+        return out if self.training else out[0]
 
 
-def _picodet():
-    import paddle.nn as nn
+_OPS: list = []     # ppdet.modeling.ops, once imported (dy2static reads a global, not a closure)
 
-    lcnet = suite_module("ppdet.modeling.backbones.lcnet")
-    pan = suite_module("ppdet.modeling.necks.csp_pan")
-    head = suite_module("ppdet.modeling.heads.pico_head")
-    ops = suite_module("ppdet.modeling.ops")
-    vfl = suite_module("ppdet.modeling.losses.varifocal_loss")
 
-    class PicoDet(nn.Layer):
-        """PicoDet-S (picodet_s_320_coco_lcnet's layers: LCNet x0.75, CSP-PAN 96, PicoHeadV2 with
-        4 strides, reg_max 7) on 10 classes, with PaddleDetection's multiclass NMS: rows [M, 6]
-        and per-image counts [N]. ``raw=True``: scores [N, C, A] and boxes [N, A, 4]."""
+class PicoDet(nn.Layer):
+    """PicoDet-S (picodet_s_320_coco_lcnet's layers: LCNet x0.75, CSP-PAN 96, PicoHeadV2 with
+    4 strides, reg_max 7) on 10 classes, with PaddleDetection's multiclass NMS: rows [M, 6]
+    and per-image counts [N]. ``raw=True``: scores [N, C, A] and boxes [N, A, 4]."""
 
-        def __init__(self):
-            super().__init__()
-            self.backbone = lcnet.LCNet(scale=0.75, feature_maps=[3, 4, 5])
-            self.neck = pan.CSPPAN(in_channels=[i.channels for i in self.backbone.out_shape], out_channels=96,
-                                   num_features=4, use_depthwise=True)
-            feat = head.PicoFeat(feat_in=96, feat_out=96, num_fpn_stride=4, num_convs=2, norm_type="bn",
-                                 share_cls_reg=True, use_se=True)
-            self.head = head.PicoHeadV2(conv_feat=feat, num_classes=PICO_CLASSES, fpn_stride=PICO_STRIDES,
-                                        feat_in_chan=96, reg_max=7, cell_offset=0.5,
-                                        loss_class=vfl.VarifocalLoss(use_sigmoid=True, iou_weighted=True),
-                                        loss_dfl=None, loss_bbox=None, static_assigner=None, assigner=None)
-            self.raw = False
+    def __init__(self):
+        super().__init__()
+        lcnet = suite_module("ppdet.modeling.backbones.lcnet")
+        pan = suite_module("ppdet.modeling.necks.csp_pan")
+        head = suite_module("ppdet.modeling.heads.pico_head")
+        vfl = suite_module("ppdet.modeling.losses.varifocal_loss")
+        _OPS[:] = [suite_module("ppdet.modeling.ops")]
+        self.backbone = lcnet.LCNet(scale=0.75, feature_maps=[3, 4, 5])
+        self.neck = pan.CSPPAN(in_channels=[i.channels for i in self.backbone.out_shape], out_channels=96,
+                               num_features=4, use_depthwise=True)
+        feat = head.PicoFeat(feat_in=96, feat_out=96, num_fpn_stride=4, num_convs=2, norm_type="bn",
+                             share_cls_reg=True, use_se=True)
+        self.head = head.PicoHeadV2(conv_feat=feat, num_classes=PICO_CLASSES, fpn_stride=PICO_STRIDES,
+                                    feat_in_chan=96, reg_max=7, cell_offset=0.5,
+                                    loss_class=vfl.VarifocalLoss(use_sigmoid=True, iou_weighted=True),
+                                    loss_dfl=None, loss_bbox=None, static_assigner=None, assigner=None)
+        self.raw = False
 
-        def forward(self, x):
-            feats = self.neck(self.backbone({"image": x}))
-            scores, boxes = self.head.forward_eval(feats, export_post_process=True)
-            if self.raw:
-                return scores, boxes
-            rows, counts, _ = ops.multiclass_nms(boxes, scores, score_threshold=0.05, nms_top_k=200, keep_top_k=32,
-                                              nms_threshold=0.6, normalized=False, return_index=False,
-                                              return_rois_num=True)
-            return rows, counts
-
-    return PicoDet()
+    def forward(self, x):
+        feats = self.neck(self.backbone({"image": x}))
+        scores, boxes = self.head.forward_eval(feats, export_post_process=True)
+        if self.raw:
+            return scores, boxes
+        rows, counts, _ = _OPS[0].multiclass_nms(boxes, scores, score_threshold=0.05, nms_top_k=200, keep_top_k=32,
+                                                 nms_threshold=0.6, normalized=False, return_index=False,
+                                                 return_rois_num=True)
+        return rows, counts
 
 
 # ------------------------------------------------------------------------------------ the data
