@@ -25,7 +25,7 @@ apt_or_stop = if [ "$$(id -u)" = 0 ]; then echo "installing $(1) ($(2))"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
 	else echo "error: $(2) needs $(1); run: sudo apt-get install -y $(1)" >&2; exit 2; fi
 
-.PHONY: venv lite sshd demo test test-slow test-zoo test-arm test-all bench-quant clean train
+.PHONY: venv lite sshd demo test test-slow suite-models test-zoo test-arm test-all bench-quant clean train
 
 venv: $(VENV)/.installed
 
@@ -81,7 +81,12 @@ test-slow: venv
 	@command -v chromium >/dev/null 2>&1 || { $(call apt_or_stop,chromium,the HTML report test); }
 	$(BIN)/pytest -q -m slow
 
-test-zoo: venv
+# Paddle's suites for the zoo's suite models (tests/zoo/suite_models.py): paddleclas, paddleseg,
+# paddledet wheels from the registry, --no-deps, into the edgeforge cache
+suite-models: venv
+	$(BIN)/python tests/zoo/suite_models.py install
+
+test-zoo: venv suite-models
 	$(BIN)/pytest -q -m zoo
 
 # The emulated aarch64 device (edgeforge devices emulate): root, Debian's qemu-user-static,

@@ -12,34 +12,47 @@ import numpy as np
 MODELS = Path(__file__).resolve().parent / "task_models"
 
 
-def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_drop = 5\n') -> Path:
-    import paddle
+def _task_model(name: str):
+    """A module of tests/task_models, imported from there."""
+    import importlib
 
     sys.path.insert(0, str(MODELS))
     try:
-        import ctc_digits
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(MODELS))
+
+
+def _write(root: Path, module: str, state: dict, calib: dict, evaluation: dict, shape: list, extra: str = ""):
+    """A factory project of tests/task_models/``module``.py (``build``), its trained weights,
+    calibration and evaluation data."""
+    import paddle
+
     root.mkdir(parents=True)
-    shutil.copy(MODELS / "ctc_digits.py", root / "ctc_digits.py")
-    paddle.save(ctc_digits.train(seconds=10).state_dict(), str(root / "ctc.pdparams"))
+    shutil.copy(MODELS / f"{module}.py", root / f"{module}.py")
+    paddle.save(state, str(root / "weights.pdparams"))
     (root / "data").mkdir()
-    x, labels = ctc_digits.strings(96, seed=5)
-    np.savez(root / "data" / "calib.npz", x=ctc_digits.strings(64, seed=3)[0])
-    np.savez(root / "data" / "eval.npz", x=x, labels=labels)
-    (root / "edgeforge.toml").write_text(textwrap.dedent("""
-        name = "ctc-digits"
+    np.savez(root / "data" / "calib.npz", **calib)
+    np.savez(root / "data" / "eval.npz", **evaluation)
+    (root / "edgeforge.toml").write_text(textwrap.dedent(f"""
+        name = "{module.replace('_', '-')}"
         [model]
-        factory = "ctc_digits:build"
-        weights = "ctc.pdparams"
+        factory = "{module}:build"
+        weights = "weights.pdparams"
         [[model.inputs]]
         name = "x"
-        shape = [-1, 1, 8, 32]
+        shape = {shape}
         [data]
         calibration = "data/calib.npz"
         evaluation = "data/eval.npz"
-        [task]
-        """) + task)
+        """) + extra)
+
+
+def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_drop = 5\n') -> Path:
+    ctc_digits = _task_model("ctc_digits")
+    x, labels = ctc_digits.strings(96, seed=5)
+    _write(root, "ctc_digits", ctc_digits.train(seconds=10).state_dict(), {"x": ctc_digits.strings(64, seed=3)[0]},
+           {"x": x, "labels": labels}, [-1, 1, 8, 32], "[task]\n" + task)
     return root
 
 
@@ -51,11 +64,7 @@ def detector_project(root: Path, nms: bool | str = False) -> Path:
     "multiclass": PaddleDetection's multiclass_nms3 in the graph; False: raw outputs."""
     import paddle
 
-    sys.path.insert(0, str(MODELS))
-    try:
-        import tiny_detector as det
-    finally:
-        sys.path.remove(str(MODELS))
+    det = _task_model("tiny_detector")
     root.mkdir(parents=True)
     shutil.copy(MODELS / "tiny_detector.py", root / "tiny_detector.py")
     state = det.train(seconds=8).state_dict()
@@ -79,6 +88,15 @@ def detector_project(root: Path, nms: bool | str = False) -> Path:
         kind = "detection"
         max_metric_drop = 10
         """).replace("{factory}", FACTORIES[nms]))
+    return root
+
+
+def dfl_project(root: Path) -> Path:
+    """The digits classifier with a rank-1 ``matmul_v2`` weight (tests/task_models/dfl_digits.py)."""
+    dfl_digits = _task_model("dfl_digits")
+    x, y = dfl_digits.digits()
+    _write(root, "dfl_digits", dfl_digits.train().state_dict(), {"x": x[-160:-96]}, {"x": x[-96:], "labels": y[-96:]},
+           [-1, 1, 8, 8])
     return root
 
 

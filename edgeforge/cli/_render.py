@@ -61,6 +61,11 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     if applied:
         con.print("legalize rewrites: " + ", ".join(f"{r['rewrite']} ({r['ops']} ops)" for r in applied),
                   soft_wrap=False)
+    odd = (m.get("quantization") or {}).get("float_weights") or []
+    if odd:
+        from ..quant.ptq_weights import describe
+
+        con.print(describe(odd), markup=False, soft_wrap=False)
     nms = (m.get("nms") or {}).get("postprocess")
     if nms and nms.get("op") == "matrix_nms":
         con.print(f"NMS: matrix_nms out of the graph (ONNX has none); the runner does it on the device "
@@ -69,6 +74,11 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     elif nms:
         con.print(f"NMS: out of the graph (the target's runtime has none); the runner does it on the device "
                   f"(score > {nms['score_threshold']:g}, IoU {nms['iou_threshold']:g}, keep {nms['keep_top_k']})",
+                  markup=False, soft_wrap=False)
+    dets = v.get("detections")
+    if dets and dets.get("map50_vs_float") is not None:
+        con.print(f"detections vs Paddle Inference float: mAP@0.5 {dets['map50_vs_float']:.3f}, {dets['matched']} of "
+                  f"{dets['float_boxes']} boxes matched, score error {fmt.num(dets.get('score_error'), '.1e')}",
                   markup=False, soft_wrap=False)
     batches = v.get("batches")
     if batches:

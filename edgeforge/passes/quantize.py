@@ -23,6 +23,7 @@ from pydantic import Field
 from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
 from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES
+from ..quant.ptq_weights import ptq_class, record_odd_weights
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
@@ -92,7 +93,7 @@ def _fast_kl(algo: str, record: dict):
 @register
 class PaddlePTQPass(Pass):
     name = "quantize.ptq"
-    version = 2
+    version = 3
     consumes = frozenset({PADDLE_FLOAT})
     produces = PADDLE_INT8
     Config = QuantConfig
@@ -103,7 +104,7 @@ class PaddlePTQPass(Pass):
                 private_scope(paddle) as (scope, exe):
             from paddle.static.quantization import PostTrainingQuantization
 
-            ptq = PostTrainingQuantization(
+            ptq = ptq_class(PostTrainingQuantization, self.odd_weights)(
                 executor=exe, scope=scope, model_dir=str(float_dir),
                 model_filename="model.pdmodel", params_filename="model.pdiparams",
                 data_loader=lambda: iter(batches), batch_nums=len(batches), algo=algo,
@@ -124,6 +125,7 @@ class PaddlePTQPass(Pass):
 
         cfg: QuantConfig = self.config
         self.fast_kl: dict = {}
+        self.odd_weights: list[dict] = []       # weights Paddle's PTQ cannot take: kept in float
         batches = calibration_batches(ctx, cfg)
         n_cal = sum(len(next(iter(b.values()))) for b in batches)
         scratch = ctx.workdir / "quantize-ptq"
@@ -145,6 +147,7 @@ class PaddlePTQPass(Pass):
             shutil.copy2(p, out_dir / p.name)
         shutil.copytree(inp.path, out_dir / "float")
         meta.update(precision="int8", **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")})
+        record_odd_weights(meta, self.odd_weights, ctx.log)
         if self.fast_kl:
             meta["quantization"]["fast_kl"] = dict(self.fast_kl)
             if not self.fast_kl["enabled"]:

@@ -24,6 +24,7 @@ from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
 from . import verify_shapes as shapes
 from .lite import lite_outputs
+from .verify_batches import float_detections, has_nms_rows
 
 
 UNFOLDED = ("decode", "resize", "resize_short", "crop")     # fold = true: the steps left to the app
@@ -44,7 +45,7 @@ class VerifyConfig(PassConfig):
 @register
 class VerifyPass(Pass):
     name = "verify"
-    version = 3
+    version = 4
     consumes = frozenset({LITE_NB, ONNX})
     produces = VERIFIED
     Config = VerifyConfig
@@ -302,7 +303,11 @@ class VerifyPass(Pass):
             worst_rel = max((o["rel_max_abs_error"] or 0.0) for o in per_output) if per_output else 0.0
             worst_cos = min((o["cosine"] for o in per_output if o["cosine"] is not None), default=1.0)
             t = result["task"]
-            if precision == "fp32" and self.cut_nms is None:
+            if task.kind == "detection" and self.cut_nms is None and has_nms_rows(reference):
+                result["detections"] = float_detections(outs, reference, task.score_threshold)
+            if precision == "fp32" and self.cut_nms is None and "detections" in result:
+                ok, reason = result["detections"]["status"] == "passed", result["detections"].get("reason")
+            elif precision == "fp32" and self.cut_nms is None:
                 ok = worst_rel <= cfg.float_rel_tolerance
                 reason = f"float output differs from Paddle Inference by {worst_rel:.2e} (relative)"
             elif (cfg.task is not None or self.cut_nms is not None) and t.get("drop") is not None:

@@ -53,3 +53,42 @@ def per_image(answers: dict) -> list[np.ndarray]:
     from ..task.detection import split
 
     return split(answers["rows"], answers["counts"])
+
+
+FLOAT_MAP_DROP = 0.5        # points of mAP@0.5 against the float detections an fp32 artifact may lose
+FLOAT_SCORE_ERROR = 1e-3    # mean |score - float score| over the matched boxes, fp32
+
+
+def has_nms_rows(outputs: list) -> bool:
+    """Rows ``[M, 6]`` + counts ``[N]``: NMS in the graph, a data-dependent number of rows."""
+    arrs = [np.asarray(o) for o in outputs]
+    return any(a.ndim == 2 and a.shape[1] == 6 for a in arrs) and any(a.ndim == 1 for a in arrs)
+
+
+def float_detections(outs: list, reference: list, score_threshold: float) -> dict:
+    """``verify.detections`` of an fp32 detector with NMS in the graph: the artifact's
+    detections against the float program's (those scoring ``score_threshold`` or more are the
+    truth): mAP@0.5, matched boxes, their IoU and score error. NMS rows are not compared
+    element by element: their order among equal scores and their padding are not the answer."""
+    from ..task.detection import against_float
+    from ..task.evaluate import detections
+
+    got, truth = detections(outs), detections(reference)
+    fig = against_float(got, truth, score_threshold)
+    rec = {"score_threshold": score_threshold, "map50_vs_float": fig["map50"],
+           **{k: fig[k] for k in ("matched", "float_boxes", "matched_iou", "score_error")}}
+    if fig["map50"] is None:          # the float model is that sure of nothing: neither may the artifact be
+        extra = sum(int((d[:, 1] >= score_threshold).sum()) for d in got)
+        rec.update(status="passed" if extra == 0 else "failed", artifact_boxes=extra)
+        if extra:
+            rec["reason"] = (f"the float program finds no box scoring {score_threshold:g} or more; "
+                             f"the artifact finds {extra}")
+        return rec
+    drop = round((1.0 - fig["map50"]) * 100.0, 4)
+    err = fig["score_error"] or 0.0
+    rec.update(drop=drop, status="passed" if drop <= FLOAT_MAP_DROP and err <= FLOAT_SCORE_ERROR else "failed")
+    if rec["status"] == "failed":
+        rec["reason"] = (f"the detections differ from Paddle Inference's: mAP@0.5 vs float {fig['map50']:.3f} "
+                         f"(drop {drop:.2f}, at most {FLOAT_MAP_DROP:g}), matched-box score error {err:.2e} "
+                         f"(at most {FLOAT_SCORE_ERROR:g})")
+    return rec

@@ -100,13 +100,14 @@ def _build_child(conn, root: str, target: str, out: str, cache: str, kw: dict):
     os._exit(0)
 
 
-def build_isolated(proj: ZooProject, column: str, timeout: float = 1700) -> api.BuildResult:
+def build_isolated(proj: ZooProject, column: str, timeout: float = 1700, kw: dict | None = None) -> api.BuildResult:
     """``build`` in a fresh process, as a user's `edgeforge build` would run: the suite's own
     process then never holds more than one build's memory (vgg16's budget rounds once left
-    ~13 GB in one process), and the cells cannot share state."""
+    ~13 GB in one process), and the cells cannot share state. ``kw``: the build's arguments
+    (default: the column's)."""
     import multiprocessing
 
-    kw = build_kwargs(column)
+    kw = dict(kw) if kw is not None else build_kwargs(column)
     target = kw.pop("target")
     ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
