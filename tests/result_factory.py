@@ -61,6 +61,7 @@ class Run:
     float_size_bytes: int | None = None
     accuracy_drop: float | None = None
     sha256: str | None = None
+    task: tuple[str, str, float, float] | None = None   # [task] (kind, metric, float, artifact): drift.task
     temps: tuple[float, float] = (47.5, 49.0)
 
 
@@ -96,7 +97,16 @@ def make_result(**spec) -> dict:
                   "float_accuracy": float_acc, "accuracy_drop": drop,
                   "max_abs_error": 2e-6 if is_float else 0.12, "cosine": 1.0 if is_float else 0.9991},
         "transfer": {"uploaded_bytes": size + 52000, "seconds": 0.8},
+        **({"drift": task_drift(*r.task)} if r.task else {}),
     }
+
+
+def task_drift(kind: str, metric: str, flt: float, art: float) -> dict:
+    """A [task] model's drift, as bench records it: no top-1 figures, the task record."""
+    return {"top1_agreement": None, "accuracy": None, "float_accuracy": None, "accuracy_drop": None,
+            "max_abs_error": 0.05, "cosine": 0.998,
+            "task": {"kind": kind, "metric": metric, "float": flt, "artifact": art,
+                     "drop": round((flt - art) * 100, 6), "labelled": True}}
 
 
 def make_load_result(**over) -> dict:
