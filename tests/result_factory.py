@@ -150,9 +150,27 @@ def demo_results() -> dict[str, dict]:
     }
 
 
-def write_demo(out_dir: str | Path) -> list[Path]:
+def task_demo_results() -> dict[str, dict]:
+    """A detector on a Pi 4 and a segmenter on a Jetson Orin, INT8 and fp32 ([task] models)."""
+    orin = {"target": "jetson-orin", "backend": "onnx", "device": "orin-1", "fingerprint": ORIN,
+            "runtime": ("onnxruntime", "1.23.2")}
+    return {
+        "picodet-rpi4-int8": make_result(name="picodet-s", median_ms=41.0, seed=6,
+                                         task=("detection", "map50", 0.412, 0.398)),
+        "picodet-rpi4-fp32": make_result(name="picodet-s", precision="fp32", median_ms=58.0, seed=7,
+                                         task=("detection", "map50", 0.412, 0.412)),
+        "ppliteseg-orin-int8": make_result(name="pp-liteseg", median_ms=9.6, seed=8,
+                                           task=("segmentation", "miou", 0.723, 0.701), **orin),
+        "ppliteseg-orin-fp32": make_result(name="pp-liteseg", precision="fp32", median_ms=9.8, seed=9,
+                                           task=("segmentation", "miou", 0.723, 0.723), **orin),
+    }
+
+
+def write_demo(out_dir: str | Path, tasks: bool = False) -> list[Path]:
+    """The demo fleet's results into ``out_dir``; ``tasks``: with a detector and a segmenter."""
     out = Path(out_dir)
-    files = {out / f"{stem}.json": json.dumps(r, indent=2) + "\n" for stem, r in demo_results().items()}
+    docs = {**demo_results(), **(task_demo_results() if tasks else {})}
+    files = {out / f"{stem}.json": json.dumps(r, indent=2) + "\n" for stem, r in docs.items()}
     write_files_atomic(files)
     return sorted(files)
 
