@@ -12,6 +12,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     """``verdict=False``: leave the INT8 verdict to ``--precision auto``'s own measurement."""
     from rich.table import Table
 
+    from ..report.figure import is_classifier, task_figure
+
     con = console()
     t = Table(title=f"{m['name']} → {m['target']} ({m['backend']}, {m['precision']})", title_justify="left")
     t.add_column("step")
@@ -34,14 +36,14 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     status_style = {"passed": "green", "failed": "red"}.get(v["status"], "yellow")
     s.add_row("verify", f"[{status_style}]{v['status']}[/{status_style}]"
               + (f" on the host ({v['runtime']['name']} {v['runtime']['version']})" if v.get("runtime") else ""))
+    fig = task_figure(v)
+    if fig is not None:          # the task's own figure; top-1 only for a classifier
+        s.add_row(fig.kind if fig.kind != "classification" else "accuracy", escape_text(fig.text()))
     if v.get("runtime"):
-        s.add_row("top-1 agreement", fmt.pct(v.get("top1_agreement")))
-        s.add_row("accuracy", f"{fmt.pct(v.get('accuracy'))} (float {fmt.pct(v.get('float_accuracy'))}, "
-                  f"drop {fmt.num(v.get('accuracy_drop'), '.2f')} points)")
+        if is_classifier(v) and v.get("top1_agreement") is not None:
+            s.add_row("top-1 agreement", fmt.pct(v.get("top1_agreement")))
         s.add_row("max abs error", f"{fmt.num(v.get('max_abs_error'), '.3e')} (relative {fmt.num(v.get('rel_max_abs_error'), '.2e')})")
         s.add_row("cosine", fmt.num(v.get("cosine"), ".6f"))
-    elif v.get("float_accuracy") is not None:
-        s.add_row("float accuracy", fmt.pct(v.get("float_accuracy")))
     no_host = host_cannot_decide(m) if verdict and m["precision"] == "int8" else None
     verdict = host_verdict(m) if verdict and not no_host else None
     if verdict is not None:
@@ -105,10 +107,10 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     arith = (m.get("quantization") or {}).get("arithmetic") or {}
     if arith.get("host_kernels") == "unsound":
         probe = arith.get("probe") or {}
-        con.print(escape_text(f"host INT8 kernels unsound: onnxruntime {probe.get('onnxruntime', '?')} on this CPU "
-                              "miscomputes QLinearConv (onnxruntime#26324). Figures are the graph's exact QDQ "
-                              "arithmetic; this host's own CPU provider computes other outputs."),
-                  style="yellow", soft_wrap=False)
+        con.print(escape_text(f"verify judged INT8 by the graph's exact QDQ arithmetic, as the target's runtime "
+                              f"computes it: onnxruntime {probe.get('onnxruntime', '?')}'s own INT8 kernels on "
+                              "this host's CPU miscompute QLinearConv (onnxruntime#26324)"),
+                  style="dim", soft_wrap=False)
     qat = m.get("qat") or {}
     if qat.get("entered"):
         con.print(escape_text(f"QAT ({qat.get('steps')} steps, {qat.get('seconds')}s): shipped "
@@ -172,12 +174,15 @@ def host_verdict(m: dict):
     from ..report.compare import compare_samples
     from ..report.verdict import int8_verdict
 
+    from ..report.figure import task_figure
+
     v = m["verify"]
     c = compare_samples(sp["fp32_samples_ms"], sp["int8_samples_ms"], labels=("fp32", "int8"))
-    drop = v.get("accuracy_drop")
+    fig = task_figure(v)
+    drop = fig.drop if fig is not None else None
     return int8_verdict(c, accuracy_drop=drop, cosine=None if drop is not None else v.get("cosine"),
                         within_budget=v["status"] == "passed" if v.get("runtime") else None,
-                        where="on the host")
+                        where="on the host", metric=fig.name if fig is not None else "accuracy")
 
 
 def verdict_text(m: dict, verdict) -> str:

@@ -262,6 +262,8 @@ def print_int8_verdict(result: dict, pool: list[dict]) -> None:
 def print_bench_result(result: dict, path) -> None:
     from rich.table import Table
 
+    from ..report.figure import is_classifier, task_figure
+
     con = console()
     a, d, s, rt = result["artifact"], result["device"], result["settings"], result["runtime"]
     fp = d["fingerprint"]
@@ -292,21 +294,16 @@ def print_bench_result(result: dict, path) -> None:
     if place:
         info.add_row("placement", f"[yellow]{escape(place['warning'])}[/yellow]" if place.get("warning")
                      else escape(place["summary"]))
+    fig = task_figure(dr)
+    if fig is not None:        # the task's own figure first: top-1 for a classifier only
+        info.add_row(fig.kind if fig.kind != "classification" else "accuracy", escape(fig.text()))
     if dr.get("top1_agreement") is not None or dr.get("max_abs_error") is not None:
-        info.add_row("top-1 agreement", fmt.pct(dr.get("top1_agreement")))
-        if dr.get("accuracy") is not None:
-            info.add_row("accuracy", f"{fmt.pct(dr.get('accuracy'))} (float {fmt.pct(dr.get('float_accuracy'))}, "
-                                     f"drop {fmt.num(dr.get('accuracy_drop'), '.2f')} points)")
+        if is_classifier(dr) and dr.get("top1_agreement") is not None:
+            info.add_row("top-1 agreement", fmt.pct(dr.get("top1_agreement")))
         info.add_row("max abs error", f"{fmt.num(dr.get('max_abs_error'), '.3e')} (mean {fmt.num(dr.get('mean_abs_error'), '.3e')})")
         info.add_row("cosine", fmt.num(dr.get("cosine"), ".6f"))
-    else:
+    elif fig is None or fig.kind == "classification":
         info.add_row("drift", f"[yellow]not measured[/yellow]: {escape(dr.get('skipped', ''))}")
-    task = dr.get("task") or {}
-    if task:
-        info.add_row("task", escape(f"{task.get('kind')} {task.get('metric')}: " + (
-            f"{fmt.num(task.get('artifact'), '.4f')} (float {fmt.num(task.get('float'), '.4f')}, drop "
-            f"{fmt.num(task.get('drop'), '.2f')} points)" if task.get("drop") is not None
-            else f"not measured ({task.get('skipped')})")))
     if result.get("end_to_end"):
         from ..device.measure.endtoend import summary_line
 

@@ -56,6 +56,7 @@ def cmd_compare(args) -> int:
     import json
 
     from ..report.compare import ALPHA, MIN_CHANGE, compare
+    from ..report.figure import figures_of_pair
     from ..report.pairing import fingerprint_id, label, short
     from ..report.load import load_result
 
@@ -63,8 +64,9 @@ def cmd_compare(args) -> int:
     min_change = MIN_CHANGE if args.min_change is None else args.min_change / 100.0
     res = compare(a, b, force=args.force, alpha=ALPHA if args.alpha is None else args.alpha,
                   min_change=min_change)
+    figures = figures_of_pair(a, b)
     if args.json:
-        print(json.dumps(res.to_dict(), indent=2))
+        print(json.dumps({**res.to_dict(), "task_metric": figures}, indent=2))
         return ExitCode.OK
     con = console()
     for name, path, r in (("A", args.a, a), ("B", args.b, b)):
@@ -73,6 +75,8 @@ def cmd_compare(args) -> int:
                   f"{len(r['samples_ms'])} samples", style="dim", markup=False)
     style = {"slower": "red", "faster": "green"}.get(res.verdict)
     con.print(res.line, style=style, markup=False)
+    if figures:
+        con.print(figures["line"], markup=False)
     for w in res.warnings:
         con.print(f"warning: {w}", style="yellow", markup=False)
     return ExitCode.OK

@@ -91,3 +91,24 @@ def task_figure(doc: dict | None) -> TaskFigure | None:
 def is_classifier(doc: dict | None) -> bool:
     fig = task_figure(doc)
     return fig is None or fig.kind == "classification"
+
+
+def figures_of_pair(a: dict, b: dict) -> dict | None:
+    """``compare``'s task figures of results ``a`` and ``b``: ``{"a": ..., "b": ..., "line": ...}``,
+    the line 'mIoU: A 72.30% -> B 70.10% (drop vs float: A 0.00, B 2.20 points)'; None when
+    neither holds one."""
+    fa, fb = task_figure(a.get("drift")), task_figure(b.get("drift"))
+    if fa is None and fb is None:
+        return None
+    name = (fa or fb).name
+    if fa is not None and fb is not None and fa.name != fb.name:
+        line = f"task metric: A {fa.text()}; B {fb.text()}"
+    else:
+        def val(f):
+            return "-" if f is None else f.value(f.artifact)
+
+        def drop(f):
+            return "-" if f is None else fmt.points(f.drop)
+        line = (f"{name}: A {val(fa)} -> B {val(fb)} (drop vs float: A {drop(fa)}, "
+                f"B {drop(fb)} points)")
+    return {"a": fa.to_dict() if fa else None, "b": fb.to_dict() if fb else None, "line": line}
