@@ -250,17 +250,21 @@ class Spinners:
     """The one progress display: one spinner line per key on stderr, started on the first
     line, thread-safe (a fleet updates it from several threads)."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, transient: bool = False):
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
         from rich.table import Column
 
         # the description folds, the elapsed time never shrinks (without a TTY rich would
         # otherwise cut it to "0…" for a long line)
+        con = console(stderr=True)
+        # transient lines are for a terminal: piped, nothing at all (not even rich's blank line)
+        quiet = quiet or (transient and not con.is_terminal)
         self._progress = Progress(SpinnerColumn(),
                                   TextColumn("{task.description}",
                                              table_column=Column(ratio=1, overflow="fold")),
                                   TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
-                                  console=console(stderr=True), transient=False, disable=quiet)
+                                  console=con, transient=transient, disable=quiet,
+                                  redirect_stdout=False, redirect_stderr=False)
         self._tasks: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -293,8 +297,9 @@ class Spinners:
 
 
 @contextmanager
-def spinners(quiet: bool):
-    s = Spinners(quiet)
+def spinners(quiet: bool, transient: bool = False):
+    """``transient``: the lines vanish at the end (a table that follows repeats them)."""
+    s = Spinners(quiet, transient)
     try:
         yield s
     finally:
@@ -326,8 +331,9 @@ def fleet_progress(quiet: bool):
 
 @contextmanager
 def build_progress(quiet: bool):
-    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached'."""
-    with spinners(quiet) as s:
+    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached', while
+    it runs (the build summary's step table says it after)."""
+    with spinners(quiet, transient=True) as s:
         def on_event(name, phase, info):
             if phase == "start":
                 s.show(name, name)
