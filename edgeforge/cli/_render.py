@@ -83,9 +83,9 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
                   f"{fallback['reason'][:200]})", style="yellow", markup=False, soft_wrap=False)
     ab = m.get("accuracy_budget")
     if ab and len(ab.get("attempts") or []) > 1:
-        def fig(r):
-            return (f"drop {r['accuracy_drop']:.2f} points" if ab.get("criterion", "accuracy_drop") == "accuracy_drop"
-                    else f"cosine {r['cosine']:.4f}")
+        def fig(r):       # the budget's own measure: points of accuracy or of the task metric, or cosine
+            return (f"drop {r['accuracy_drop']:.2f} points" if r.get("accuracy_drop") is not None
+                    and ab.get("criterion", "accuracy_drop") != "cosine" else f"cosine {r['cosine']:.4f}")
         first = ab["attempts"][0]
         msg = (f"accuracy budget ({ab.get('describe') or ab['budget_points']}): plain INT8 ({first['algo']}) "
                f"{fig(ab['initial'])}; {ab['algo']} calibration, {len(ab['keep_float'])} of "
@@ -119,7 +119,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
         con.print(escape_text(line), soft_wrap=False)
     if m.get("calibration_search"):
         con.print("calibration search: " + ", ".join(
-            f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
+            f"{r['algo']} " + (f"drop {r['accuracy_drop']:.2f} " if r.get("accuracy_drop") is not None else "")
+            + f"cos {r['cosine']:.4f}" for r in m["calibration_search"])
             + f" -> {m['quantization']['algo']}", soft_wrap=False)
 
 

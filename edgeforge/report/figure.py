@@ -76,7 +76,7 @@ def task_figure(doc: dict | None) -> TaskFigure | None:
     if task.get("metric") and task.get("kind") not in (None, "classification"):
         return TaskFigure(task["kind"], task["metric"], _num(task.get("float")), _num(task.get("artifact")),
                           _num(task.get("drop")), task.get("skipped"))
-    if doc.get("accuracy") is not None or doc.get("float_accuracy") is not None:
+    if any(doc.get(k) is not None for k in ("accuracy", "float_accuracy", "accuracy_drop")):
         return TaskFigure("classification", "top1", _num(doc.get("float_accuracy")), _num(doc.get("accuracy")),
                           _num(doc.get("accuracy_drop")))
     if task.get("metric") == "top1" and task.get("float") is not None:
