@@ -52,6 +52,8 @@ class TaskFigure:
 
     def text(self) -> str:
         """'mIoU 71.20% (float 72.00%, drop 0.80 points)', or why it was not measured."""
+        if self.artifact is None and self.float is None and self.drop is not None:
+            return f"{self.name} drop {fmt.points(self.drop)} points"
         if self.artifact is None and self.float is None:
             return f"{self.name}: not measured" + (f" ({self.skipped})" if self.skipped else "")
         if self.artifact is None:
