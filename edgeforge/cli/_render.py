@@ -28,7 +28,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     s = Table(show_header=False, box=None, padding=(0, 2))
     s.add_column(style="bold")
     s.add_column()
-    s.add_row("artifact", f"{out_dir}/{a['path']}  ({fmt.nbytes(a['size_bytes'])}, sha256 {a['sha256'][:12]}…)")
+    s.add_row("artifact", f"{out_dir}/{a['path']}  ({fmt.nbytes(a['size_bytes'])})")
+    s.add_row("sha256", f"{a['sha256'][:12]}… (in full in manifest.json)")   # a row of its own: never split
     if fs and m["precision"] != "fp32":
         s.add_row("float size", f"{fmt.nbytes(fs)}  (float/{m['precision']} = {fs / a['size_bytes']:.2f}x)")
     s.add_row("build time", f"{sum(st['seconds'] for st in m['steps']):.1f}s "

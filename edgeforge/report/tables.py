@@ -20,7 +20,7 @@ METHOD = (
     "{min_change:g}%. Results are paired and compared only on the same device fingerprint (CPU model, kernel, "
     "cores, governor). Each model is judged on its task's own metric (top-1 accuracy for a classifier, "
     "mAP for a detector, mIoU for a segmenter, CTC accuracy for a recogniser), measured on the host from "
-    "the device's outputs; the drop is float - artifact in percentage points: positive is worse."
+    "the device's outputs (the drop's sign: see *What to ship*)."
 )
 
 
