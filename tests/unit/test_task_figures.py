@@ -70,3 +70,14 @@ def test_a_figure_needs_a_measurement_to_be_one():
     skipped = task_figure({"task": {"kind": "detection", "metric": "map50", "float": None, "artifact": None,
                                     "drop": None, "skipped": "the runner sent no evaluation outputs"}})
     assert skipped.text() == "mAP@0.5: not measured (the runner sent no evaluation outputs)"
+
+
+def test_a_device_only_build_shows_the_float_figure(capsys, monkeypatch):
+    """An rpi4 build the host cannot run: the summary still names mIoU and its float figure."""
+    monkeypatch.setenv("COLUMNS", "80")
+    m = manifest("segmentation")
+    m["verify"].update(status="device-only", runtime=None)
+    m["verify"]["task"].update(artifact=None, drop=None)
+    print_build_summary(m, "build/m-rpi4", verdict=False)
+    out = capsys.readouterr().out
+    assert "mIoU: float 72.30% (the artifact runs on the device only)" in out and "top-1" not in out
