@@ -74,17 +74,20 @@ def native_to_log(log_path: Path):
     """Everything written to fds 1/2 and sys.stdout/sys.stderr goes to ``log_path`` (appended)
     until the block ends; :data:`TERMINAL` still reaches the terminal. Nested or concurrent
     uses (a fleet's threads) share the outermost log."""
+    saved = None
     with _lock:
         _state["depth"] += 1
-        outer = _state["depth"] == 1
-        if outer:
-            saved = _redirect(Path(log_path))
+        if _state["depth"] == 1:
+            try:
+                saved = _redirect(Path(log_path))
+            except OSError:         # no descriptor to redirect (a closed fd 2): the output goes where it did
+                saved = None
     try:
         yield
     finally:
         with _lock:
             _state["depth"] -= 1
-            if outer:
+            if saved is not None:
                 _restore(saved)
 
 
@@ -95,13 +98,18 @@ def _redirect(log_path: Path) -> dict:
             s.flush()
         except (AttributeError, OSError, ValueError):
             pass
+    kept = {1: os.dup(1)}
+    try:
+        kept[2] = os.dup(2)
+    except OSError:
+        os.close(kept[1])
+        raise
     log = open(log_path, "a", encoding="utf-8", errors="replace", buffering=1)
-    saved = {"stdout": sys.stdout, "stderr": sys.stderr, "log": log, "fds": {}, "handler": None,
+    saved = {"stdout": sys.stdout, "stderr": sys.stderr, "log": log, "fds": kept, "handler": None,
              "showwarning": warnings.showwarning}
     for fd, name, key in ((1, "stdout", "out"), (2, "stderr", "err")):
         stream = _unwrap(getattr(sys, name))
-        keep = os.dup(fd)
-        saved["fds"][fd] = keep
+        keep = kept[fd]
         # edgeforge's own lines: the stream as it was, or the terminal behind the descriptor
         _state[key] = (os.fdopen(os.dup(keep), "w", encoding="utf-8", errors="replace", buffering=1)
                        if _fd_backed(stream, fd) else stream)

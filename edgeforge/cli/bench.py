@@ -14,6 +14,7 @@ import json
 
 from ..errors import ConfigError, ExitCode, FleetFailed, GateFailed
 from ..report import fmt
+from ..report.figure import drop_cell
 from ._common import (
     EXIT_CODES_HELP,
     add_bench_flags,
@@ -340,7 +341,7 @@ def print_fleet(outcome) -> None:
             sm = (j.result or {}).get("summary", {})
             dr = (j.result or {}).get("drift", {})
             rows.append([r.name, r.device.target, j.label, j.status, fmt.num(sm.get("p50_ms"), ".3f", " ms"),
-                         fmt.num(sm.get("p90_ms"), ".3f", " ms"), fmt.num(dr.get("accuracy_drop"), ".2f")])
+                         fmt.num(sm.get("p90_ms"), ".3f", " ms"), drop_cell(dr)])
             paths.append(j.path)
             causes.append(j.error or r.note or r.error or "")
     # columns by width: p90 and target go first at 80 columns, the result path last
@@ -392,7 +393,7 @@ def print_sweep(outcome) -> None:
         sp = outcome.speedup(p)
         rows.append([p.precision, str(p.threads), p.power_mode or "-",
                      *[fmt.num(sm.get(k), ".3f", " ms") for k in ("p50_ms", "p90_ms", "p99_ms", "mad_ms")],
-                     fmt.num(dr.get("accuracy_drop"), ".2f"), "-" if sp is None else f"{sp:.2f}x"])
+                     drop_cell(dr), "-" if sp is None else f"{sp:.2f}x"])
     heads = [str(c.header) for c in t.columns[:-1]]
     # columns by width: p99, MAD, p90 and the power mode go first at 80 columns, the result last
     reserve = BORDER + max([len(short_id(p.path)) for p in outcome.points if p.path] + [16])

@@ -114,3 +114,12 @@ def figures_of_pair(a: dict, b: dict) -> dict | None:
         line = (f"{name}: A {val(fa)} -> B {val(fb)} (drop vs float: A {drop(fa)}, "
                 f"B {drop(fb)} points)")
     return {"a": fa.to_dict() if fa else None, "b": fb.to_dict() if fb else None, "line": line}
+
+
+def drop_cell(drift: dict | None) -> str:
+    """A table cell: the drop in points of the run's own metric, named unless it is top-1
+    ('0.60', '1.40 mAP@0.5', '-')."""
+    fig = task_figure(drift)
+    if fig is None or fig.drop is None:
+        return "-"
+    return fmt.points(fig.drop) + ("" if fig.kind == "classification" else f" {fig.name.replace(' vs float', '*')}")

@@ -81,3 +81,11 @@ def test_a_device_only_build_shows_the_float_figure(capsys, monkeypatch):
     print_build_summary(m, "build/m-rpi4", verdict=False)
     out = capsys.readouterr().out
     assert "mIoU: float 72.30% (the artifact runs on the device only)" in out and "top-1" not in out
+
+
+def test_fleet_and_sweep_tables_name_a_task_metric_drop():
+    from edgeforge.report.figure import drop_cell
+
+    assert drop_cell(make_result(accuracy_drop=0.6)["drift"]) == "0.60"
+    assert drop_cell(make_result(task=("detection", "map50", 0.412, 0.398))["drift"]) == "1.40 mAP@0.5"
+    assert drop_cell({"cosine": 0.99}) == "-"
