@@ -17,7 +17,7 @@ def test_native_lines_go_to_the_log_and_edgeforge_lines_to_the_terminal(tmp_path
         os.write(1, b"I1205 paddle glog line\n")
         print("a library's print", file=sys.stderr)
         logging.getLogger("onnxruntime.quantization").warning("Axis 1 is out-of-range")
-        warnings.warn("the old way to load inference model is deprecated", UserWarning)
+        warnings.warn("the old way to load inference model is deprecated", UserWarning, stacklevel=1)
         TERMINAL.write("edgeforge: export\n")
         TERMINAL.flush()
     out, err = capfd.readouterr()
