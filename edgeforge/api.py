@@ -193,11 +193,18 @@ def check_out_dir(dest: Path) -> None:
     writable_dir(dest.parent, "--out", create=False, shown=dest)
 
 
-def _write_out(out_dir: Path, final, manifest: dict) -> None:
+def _write_out(out_dir: Path, final, manifest: dict, logs: Path | None = None) -> None:
+    """The build directory: the final artifact's files, manifest.json, and under ``logs/`` the
+    steps' logs from ``logs`` (native libraries' output, quiet.native_to_log) that hold any."""
     try:
         with atomic_dir(out_dir) as tmp:
             for p in final.path.iterdir():
                 (shutil.copytree if p.is_dir() else shutil.copy2)(p, tmp / p.name)
+            kept = sorted(p for p in logs.glob("*.log") if p.stat().st_size) if logs is not None else []
+            if kept:
+                (tmp / "logs").mkdir(exist_ok=True)
+                for p in kept:
+                    shutil.copy2(p, tmp / "logs" / p.name)
             write_json_atomic(tmp / "manifest.json", manifest)
     except OSError as exc:
         raise ConfigError(f"--out {out_dir}: cannot write it ({exc.strerror or exc}); "
@@ -407,7 +414,7 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
             manifest["export"] = exported.meta.get("export") if exported is not None else None
             if fallback and manifest["export"] is not None:
                 manifest["export"] = dict(manifest["export"], route_fallback=fallback)
-            _write_out(out_dir, final, manifest)
+            _write_out(out_dir, final, manifest, logs=Path(work))
     return BuildResult(out_dir, manifest)
 
 

@@ -53,8 +53,8 @@ def digest_tree(root: Path) -> str:
 # everything the passes and the pipeline import is listed here.
 BUILD_CODE = (
     "passes", "quant", "runner/edgeforge_runner.py", "runner/device_facts.py", "lite_child.py",
-    "cache.py", "config.py", "contracts.py", "errors.py", "fsutil.py", "inference.py", "native.py",
-    "paddle_env.py",
+    "cache.py", "config.py", "contracts.py", "errors.py", "fold_data.py", "fsutil.py", "inference.py", "native.py",
+    "paddle_env.py", "quiet.py",
     "pipeline.py", "project.py", "targets.py", "toolchain.py", "weights.py", "task",
 )
 _PACKAGE_ROOT = Path(__file__).resolve().parent

@@ -178,7 +178,9 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
     target, backend, precision = build.target, build.backend, build.precision
     art = final.path / meta.file
     bcfg = build.backend_config
-    runtime = {"threads": target.runtime.threads, "power_mode": target.runtime.power_mode}
+    # a power mode is Paddle Lite's (onnxruntime has none): an ONNX manifest records none
+    runtime = {"threads": target.runtime.threads,
+               "power_mode": target.runtime.power_mode if backend == "lite" else None}
     inputs = [i.model_dump() for i in project.inputs]
     profile = None
     if backend == "onnx":

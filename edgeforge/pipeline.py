@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from .cache import Cache, build_code_digest, sha256_json
 from .errors import EdgeforgeError, PassError
+from .quiet import native_to_log
 from .passes.base import Artifact, Pass, PassContext
 
 # Dotted paths into a pass's meta that hold host measurements ("*": every list item or key).
@@ -179,7 +180,9 @@ class Pipeline:
             shutil.rmtree(out_dir)
         out_dir.mkdir(parents=True)
         try:
-            meta = p.run(current, out_dir, ctx) or {}
+            # native libraries' lines go to the step's log beside its output, never the terminal
+            with native_to_log(ctx.workdir / f"{index:02d}-{p.name}.log"):
+                meta = p.run(current, out_dir, ctx) or {}
         except EdgeforgeError:
             raise
         except Exception as exc:  # a bug or a library error inside a pass: re-raised as PassError

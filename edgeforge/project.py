@@ -293,6 +293,20 @@ class Project:
                 "channel_order": pre.channel_order, "scale": pre.scale, "mean": list(pre.mean),
                 "std": list(pre.std), "layout": pre.layout, "steps": steps}
 
+    def _convert(self, which: str, spec, arr: np.ndarray, labelled: bool) -> np.ndarray:
+        """Data whose dtype is not the input's: a folded input's float data kept (fold_data), else
+        a ConfigError whose advice fits the values seen."""
+        from .fold_data import dtype_hint, folded_input
+
+        fold = self.fold if self.inference is None else None
+        if fold is not None and spec.name == fold["input"]:
+            from .task.parity import steps_of
+
+            pre = self.spec.preprocess
+            return folded_input(arr, fold, which, labelled, self.path(pre.images), steps_of(pre.model_dump()))
+        raise ConfigError(f"{which} data '{spec.name}' has dtype {arr.dtype}, the model input wants {spec.dtype}",
+                          hint=dtype_hint(arr, spec.dtype))
+
     def path(self, rel: str) -> Path:
         p = Path(rel).expanduser()
         return p if p.is_absolute() else self.root / p
@@ -349,10 +363,7 @@ class Project:
                 )
             arr = arrays[spec.name]
             if str(arr.dtype) != spec.dtype:
-                raise ConfigError(
-                    f"{which} data '{spec.name}' has dtype {arr.dtype}, the model input wants {spec.dtype}",
-                    hint=f"convert it with arr.astype('{spec.dtype}')",
-                )
+                arr = arrays[spec.name] = self._convert(which, spec, arr, labelled=len(arrays) > len(self.inputs))
             want = spec.shape
             if arr.ndim != len(want) or any(w != -1 and w != a for w, a in zip(want[1:], arr.shape[1:])):
                 raise ConfigError(

@@ -61,6 +61,7 @@ class Run:
     float_size_bytes: int | None = None
     accuracy_drop: float | None = None
     sha256: str | None = None
+    task: tuple[str, str, float, float] | None = None   # [task] (kind, metric, float, artifact): drift.task
     temps: tuple[float, float] = (47.5, 49.0)
 
 
@@ -96,7 +97,16 @@ def make_result(**spec) -> dict:
                   "float_accuracy": float_acc, "accuracy_drop": drop,
                   "max_abs_error": 2e-6 if is_float else 0.12, "cosine": 1.0 if is_float else 0.9991},
         "transfer": {"uploaded_bytes": size + 52000, "seconds": 0.8},
+        **({"drift": task_drift(*r.task)} if r.task else {}),
     }
+
+
+def task_drift(kind: str, metric: str, flt: float, art: float) -> dict:
+    """A [task] model's drift, as bench records it: no top-1 figures, the task record."""
+    return {"top1_agreement": None, "accuracy": None, "float_accuracy": None, "accuracy_drop": None,
+            "max_abs_error": 0.05, "cosine": 0.998,
+            "task": {"kind": kind, "metric": metric, "float": flt, "artifact": art,
+                     "drop": round((flt - art) * 100, 6), "labelled": True}}
 
 
 def make_load_result(**over) -> dict:
@@ -140,9 +150,27 @@ def demo_results() -> dict[str, dict]:
     }
 
 
-def write_demo(out_dir: str | Path) -> list[Path]:
+def task_demo_results() -> dict[str, dict]:
+    """A detector on a Pi 4 and a segmenter on a Jetson Orin, INT8 and fp32 ([task] models)."""
+    orin = {"target": "jetson-orin", "backend": "onnx", "device": "orin-1", "fingerprint": ORIN,
+            "runtime": ("onnxruntime", "1.23.2")}
+    return {
+        "picodet-rpi4-int8": make_result(name="picodet-s", median_ms=41.0, seed=6,
+                                         task=("detection", "map50", 0.412, 0.398)),
+        "picodet-rpi4-fp32": make_result(name="picodet-s", precision="fp32", median_ms=58.0, seed=7,
+                                         task=("detection", "map50", 0.412, 0.412)),
+        "ppliteseg-orin-int8": make_result(name="pp-liteseg", median_ms=9.6, seed=8,
+                                           task=("segmentation", "miou", 0.723, 0.701), **orin),
+        "ppliteseg-orin-fp32": make_result(name="pp-liteseg", precision="fp32", median_ms=9.8, seed=9,
+                                           task=("segmentation", "miou", 0.723, 0.723), **orin),
+    }
+
+
+def write_demo(out_dir: str | Path, tasks: bool = False) -> list[Path]:
+    """The demo fleet's results into ``out_dir``; ``tasks``: with a detector and a segmenter."""
     out = Path(out_dir)
-    files = {out / f"{stem}.json": json.dumps(r, indent=2) + "\n" for stem, r in demo_results().items()}
+    docs = {**demo_results(), **(task_demo_results() if tasks else {})}
+    files = {out / f"{stem}.json": json.dumps(r, indent=2) + "\n" for stem, r in docs.items()}
     write_files_atomic(files)
     return sorted(files)
 

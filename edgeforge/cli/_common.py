@@ -50,7 +50,10 @@ class Parser(argparse.ArgumentParser):
 def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    from ..quiet import TERMINAL, TERMINAL_OUT
+
+    # the terminal even while a build step sends native libraries' output to its log
+    return Console(file=TERMINAL if stderr else TERMINAL_OUT, highlight=False, soft_wrap=True)
 
 
 def escape(text) -> str:

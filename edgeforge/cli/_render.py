@@ -12,6 +12,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     """``verdict=False``: leave the INT8 verdict to ``--precision auto``'s own measurement."""
     from rich.table import Table
 
+    from ..report.figure import is_classifier, task_figure
+
     con = console()
     t = Table(title=f"{m['name']} → {m['target']} ({m['backend']}, {m['precision']})", title_justify="left")
     t.add_column("step")
@@ -26,7 +28,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     s = Table(show_header=False, box=None, padding=(0, 2))
     s.add_column(style="bold")
     s.add_column()
-    s.add_row("artifact", f"{out_dir}/{a['path']}  ({fmt.nbytes(a['size_bytes'])}, sha256 {a['sha256'][:12]}…)")
+    s.add_row("artifact", f"{out_dir}/{a['path']}  ({fmt.nbytes(a['size_bytes'])})")
+    s.add_row("sha256", f"{a['sha256'][:12]}… (in full in manifest.json)")   # a row of its own: never split
     if fs and m["precision"] != "fp32":
         s.add_row("float size", f"{fmt.nbytes(fs)}  (float/{m['precision']} = {fs / a['size_bytes']:.2f}x)")
     s.add_row("build time", f"{sum(st['seconds'] for st in m['steps']):.1f}s "
@@ -34,14 +37,14 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     status_style = {"passed": "green", "failed": "red"}.get(v["status"], "yellow")
     s.add_row("verify", f"[{status_style}]{v['status']}[/{status_style}]"
               + (f" on the host ({v['runtime']['name']} {v['runtime']['version']})" if v.get("runtime") else ""))
+    fig = task_figure(v)
+    if fig is not None:          # the task's own figure; top-1 only for a classifier
+        s.add_row(fig.kind if fig.kind != "classification" else "accuracy", escape_text(fig.text()))
     if v.get("runtime"):
-        s.add_row("top-1 agreement", fmt.pct(v.get("top1_agreement")))
-        s.add_row("accuracy", f"{fmt.pct(v.get('accuracy'))} (float {fmt.pct(v.get('float_accuracy'))}, "
-                  f"drop {fmt.num(v.get('accuracy_drop'), '.2f')} points)")
+        if is_classifier(v) and v.get("top1_agreement") is not None:
+            s.add_row("top-1 agreement", fmt.pct(v.get("top1_agreement")))
         s.add_row("max abs error", f"{fmt.num(v.get('max_abs_error'), '.3e')} (relative {fmt.num(v.get('rel_max_abs_error'), '.2e')})")
         s.add_row("cosine", fmt.num(v.get("cosine"), ".6f"))
-    elif v.get("float_accuracy") is not None:
-        s.add_row("float accuracy", fmt.pct(v.get("float_accuracy")))
     no_host = host_cannot_decide(m) if verdict and m["precision"] == "int8" else None
     verdict = host_verdict(m) if verdict and not no_host else None
     if verdict is not None:
@@ -91,9 +94,9 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
                   f"{fallback['reason'][:200]})", style="yellow", markup=False, soft_wrap=False)
     ab = m.get("accuracy_budget")
     if ab and len(ab.get("attempts") or []) > 1:
-        def fig(r):
-            return (f"drop {r['accuracy_drop']:.2f} points" if ab.get("criterion", "accuracy_drop") == "accuracy_drop"
-                    else f"cosine {r['cosine']:.4f}")
+        def fig(r):       # the budget's own measure: points of accuracy or of the task metric, or cosine
+            return (f"drop {r['accuracy_drop']:.2f} points" if r.get("accuracy_drop") is not None
+                    and ab.get("criterion", "accuracy_drop") != "cosine" else f"cosine {r['cosine']:.4f}")
         first = ab["attempts"][0]
         msg = (f"accuracy budget ({ab.get('describe') or ab['budget_points']}): plain INT8 ({first['algo']}) "
                f"{fig(ab['initial'])}; {ab['algo']} calibration, {len(ab['keep_float'])} of "
@@ -115,10 +118,10 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     arith = (m.get("quantization") or {}).get("arithmetic") or {}
     if arith.get("host_kernels") == "unsound":
         probe = arith.get("probe") or {}
-        con.print(escape_text(f"host INT8 kernels unsound: onnxruntime {probe.get('onnxruntime', '?')} on this CPU "
-                              "miscomputes QLinearConv (onnxruntime#26324). Figures are the graph's exact QDQ "
-                              "arithmetic; this host's own CPU provider computes other outputs."),
-                  style="yellow", soft_wrap=False)
+        con.print(escape_text(f"verify judged INT8 by the graph's exact QDQ arithmetic, as the target's runtime "
+                              f"computes it: onnxruntime {probe.get('onnxruntime', '?')}'s own INT8 kernels on "
+                              "this host's CPU miscompute QLinearConv (onnxruntime#26324)"),
+                  style="dim", soft_wrap=False)
     qat = m.get("qat") or {}
     if qat.get("entered"):
         con.print(escape_text(f"QAT ({qat.get('steps')} steps, {qat.get('seconds')}s): shipped "
@@ -127,7 +130,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
         con.print(escape_text(line), soft_wrap=False)
     if m.get("calibration_search"):
         con.print("calibration search: " + ", ".join(
-            f"{r['algo']} drop {r['accuracy_drop']:.2f} cos {r['cosine']:.4f}" for r in m["calibration_search"])
+            f"{r['algo']} " + (f"drop {r['accuracy_drop']:.2f} " if r.get("accuracy_drop") is not None else "")
+            + f"cos {r['cosine']:.4f}" for r in m["calibration_search"])
             + f" -> {m['quantization']['algo']}", soft_wrap=False)
 
 
@@ -182,12 +186,15 @@ def host_verdict(m: dict):
     from ..report.compare import compare_samples
     from ..report.verdict import int8_verdict
 
+    from ..report.figure import task_figure
+
     v = m["verify"]
     c = compare_samples(sp["fp32_samples_ms"], sp["int8_samples_ms"], labels=("fp32", "int8"))
-    drop = v.get("accuracy_drop")
+    fig = task_figure(v)
+    drop = fig.drop if fig is not None else None
     return int8_verdict(c, accuracy_drop=drop, cosine=None if drop is not None else v.get("cosine"),
                         within_budget=v["status"] == "passed" if v.get("runtime") else None,
-                        where="on the host")
+                        where="on the host", metric=fig.name if fig is not None else "accuracy")
 
 
 def verdict_text(m: dict, verdict) -> str:
@@ -255,17 +262,21 @@ class Spinners:
     """The one progress display: one spinner line per key on stderr, started on the first
     line, thread-safe (a fleet updates it from several threads)."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, transient: bool = False):
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
         from rich.table import Column
 
         # the description folds, the elapsed time never shrinks (without a TTY rich would
         # otherwise cut it to "0…" for a long line)
+        con = console(stderr=True)
+        # transient lines are for a terminal: piped, nothing at all (not even rich's blank line)
+        quiet = quiet or (transient and not con.is_terminal)
         self._progress = Progress(SpinnerColumn(),
                                   TextColumn("{task.description}",
                                              table_column=Column(ratio=1, overflow="fold")),
                                   TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
-                                  console=console(stderr=True), transient=False, disable=quiet)
+                                  console=con, transient=transient, disable=quiet,
+                                  redirect_stdout=False, redirect_stderr=False)
         self._tasks: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -298,8 +309,9 @@ class Spinners:
 
 
 @contextmanager
-def spinners(quiet: bool):
-    s = Spinners(quiet)
+def spinners(quiet: bool, transient: bool = False):
+    """``transient``: the lines vanish at the end (a table that follows repeats them)."""
+    s = Spinners(quiet, transient)
     try:
         yield s
     finally:
@@ -331,8 +343,9 @@ def fleet_progress(quiet: bool):
 
 @contextmanager
 def build_progress(quiet: bool):
-    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached'."""
-    with spinners(quiet) as s:
+    """Yields (on_event, log) for api.build: one line per pass, with its time or 'cached', while
+    it runs (the build summary's step table says it after)."""
+    with spinners(quiet, transient=True) as s:
         def on_event(name, phase, info):
             if phase == "start":
                 s.show(name, name)

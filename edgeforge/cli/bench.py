@@ -14,6 +14,7 @@ import json
 
 from ..errors import ConfigError, ExitCode, FleetFailed, GateFailed
 from ..report import fmt
+from ..report.figure import drop_cell
 from ._common import (
     EXIT_CODES_HELP,
     add_bench_flags,
@@ -262,6 +263,8 @@ def print_int8_verdict(result: dict, pool: list[dict]) -> None:
 def print_bench_result(result: dict, path) -> None:
     from rich.table import Table
 
+    from ..report.figure import is_classifier, task_figure
+
     con = console()
     a, d, s, rt = result["artifact"], result["device"], result["settings"], result["runtime"]
     fp = d["fingerprint"]
@@ -292,21 +295,16 @@ def print_bench_result(result: dict, path) -> None:
     if place:
         info.add_row("placement", f"[yellow]{escape(place['warning'])}[/yellow]" if place.get("warning")
                      else escape(place["summary"]))
+    fig = task_figure(dr)
+    if fig is not None:        # the task's own figure first: top-1 for a classifier only
+        info.add_row(fig.kind if fig.kind != "classification" else "accuracy", escape(fig.text()))
     if dr.get("top1_agreement") is not None or dr.get("max_abs_error") is not None:
-        info.add_row("top-1 agreement", fmt.pct(dr.get("top1_agreement")))
-        if dr.get("accuracy") is not None:
-            info.add_row("accuracy", f"{fmt.pct(dr.get('accuracy'))} (float {fmt.pct(dr.get('float_accuracy'))}, "
-                                     f"drop {fmt.num(dr.get('accuracy_drop'), '.2f')} points)")
+        if is_classifier(dr) and dr.get("top1_agreement") is not None:
+            info.add_row("top-1 agreement", fmt.pct(dr.get("top1_agreement")))
         info.add_row("max abs error", f"{fmt.num(dr.get('max_abs_error'), '.3e')} (mean {fmt.num(dr.get('mean_abs_error'), '.3e')})")
         info.add_row("cosine", fmt.num(dr.get("cosine"), ".6f"))
-    else:
+    elif fig is None or fig.kind == "classification":
         info.add_row("drift", f"[yellow]not measured[/yellow]: {escape(dr.get('skipped', ''))}")
-    task = dr.get("task") or {}
-    if task:
-        info.add_row("task", escape(f"{task.get('kind')} {task.get('metric')}: " + (
-            f"{fmt.num(task.get('artifact'), '.4f')} (float {fmt.num(task.get('float'), '.4f')}, drop "
-            f"{fmt.num(task.get('drop'), '.2f')} points)" if task.get("drop") is not None
-            else f"not measured ({task.get('skipped')})")))
     if result.get("end_to_end"):
         from ..device.measure.endtoend import summary_line
 
@@ -343,7 +341,7 @@ def print_fleet(outcome) -> None:
             sm = (j.result or {}).get("summary", {})
             dr = (j.result or {}).get("drift", {})
             rows.append([r.name, r.device.target, j.label, j.status, fmt.num(sm.get("p50_ms"), ".3f", " ms"),
-                         fmt.num(sm.get("p90_ms"), ".3f", " ms"), fmt.num(dr.get("accuracy_drop"), ".2f")])
+                         fmt.num(sm.get("p90_ms"), ".3f", " ms"), drop_cell(dr)])
             paths.append(j.path)
             causes.append(j.error or r.note or r.error or "")
     # columns by width: p90 and target go first at 80 columns, the result path last
@@ -395,7 +393,7 @@ def print_sweep(outcome) -> None:
         sp = outcome.speedup(p)
         rows.append([p.precision, str(p.threads), p.power_mode or "-",
                      *[fmt.num(sm.get(k), ".3f", " ms") for k in ("p50_ms", "p90_ms", "p99_ms", "mad_ms")],
-                     fmt.num(dr.get("accuracy_drop"), ".2f"), "-" if sp is None else f"{sp:.2f}x"])
+                     drop_cell(dr), "-" if sp is None else f"{sp:.2f}x"])
     heads = [str(c.header) for c in t.columns[:-1]]
     # columns by width: p99, MAD, p90 and the power mode go first at 80 columns, the result last
     reserve = BORDER + max([len(short_id(p.path)) for p in outcome.points if p.path] + [16])

@@ -56,6 +56,7 @@ def cmd_compare(args) -> int:
     import json
 
     from ..report.compare import ALPHA, MIN_CHANGE, compare
+    from ..report.figure import figures_of_pair
     from ..report.pairing import fingerprint_id, label, short
     from ..report.load import load_result
 
@@ -63,8 +64,9 @@ def cmd_compare(args) -> int:
     min_change = MIN_CHANGE if args.min_change is None else args.min_change / 100.0
     res = compare(a, b, force=args.force, alpha=ALPHA if args.alpha is None else args.alpha,
                   min_change=min_change)
+    figures = figures_of_pair(a, b)
     if args.json:
-        print(json.dumps(res.to_dict(), indent=2))
+        print(json.dumps({**res.to_dict(), "task_metric": figures}, indent=2))
         return ExitCode.OK
     con = console()
     for name, path, r in (("A", args.a, a), ("B", args.b, b)):
@@ -73,6 +75,8 @@ def cmd_compare(args) -> int:
                   f"{len(r['samples_ms'])} samples", style="dim", markup=False)
     style = {"slower": "red", "faster": "green"}.get(res.verdict)
     con.print(res.line, style=style, markup=False)
+    if figures:
+        con.print(figures["line"], markup=False)
     for w in res.warnings:
         con.print(f"warning: {w}", style="yellow", markup=False)
     return ExitCode.OK
@@ -83,7 +87,7 @@ def cmd_report(args) -> int:
 
     from ..report import fmt
     from ..report.report import write_report
-    from ..report.tables import verdict_cell, verdict_lines
+    from ..report.tables import figure_cells, verdict_cell, verdict_lines
 
     out = write_report([Path(p) for p in args.results], Path(args.out))
     s = out["summary"]
@@ -91,16 +95,17 @@ def cmd_report(args) -> int:
         _say_skipped(skipped["source"], skipped["reason"])
     con = console()
     t = Table(title=f"{len(s['results'])} run(s) on {len(s['fingerprints'])} device fingerprint(s)", title_justify="left")
-    heads = ["run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p90 ms", "p99 ms", "drop pts"]
-    rows = [[e["id"], e["label"], e["artifact"]["short"], f"{e['device']['name']} {e['device']['fingerprint_id']}",
+    heads = ["run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p90 ms", "p99 ms",
+             "metric", "artifact's", "drop pts"]
+    rows = [[e["id"], e["label"], e["artifact"]["short"], e["device"]["name"],
              fmt.ms(e["summary"].get("p50_ms")), fmt.ms(e["summary"].get("p90_ms")),
-             fmt.ms(e["summary"].get("p99_ms")), fmt.points((e["drift"] or {}).get("accuracy_drop"))]
-            for e in s["results"]]
-    # columns by width: p90, p99 and the artifact digest go first (report.md has them all)
-    keep = drop_to_fit(heads, rows, ("p90 ms", "p99 ms", "artifact"), 0, con.width)
+             fmt.ms(e["summary"].get("p99_ms")), *figure_cells(e.get("figure"), short=True)[:1],
+             *figure_cells(e.get("figure"))[2:]] for e in s["results"]]
+    # columns by width: p90, p99, the artifact digest and value go first (report.md has them all)
+    keep = drop_to_fit(heads, rows, ("p90 ms", "p99 ms", "artifact", "artifact's"), 0, con.width)
     for i in keep:
         t.add_column(heads[i], overflow="fold", no_wrap=heads[i] != heads[1],
-                     justify="right" if heads[i].endswith(("ms", "pts")) else "left")
+                     justify="right" if heads[i].endswith(("ms", "pts", "'s")) else "left")
     for row in rows:
         t.add_row(*(escape(row[i]) for i in keep))
     if s["results"]:

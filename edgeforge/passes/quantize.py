@@ -240,10 +240,11 @@ def task_drop(ctx: PassContext):
     user = user_metric(ctx.project.root, sec.metric, ctx.workdir / "budget-metric.log") if sec.metric else None
 
     def drop(outputs, reference) -> float:
+        # a detector whose float model finds no box stops in evaluate (task.evaluate.no_reference)
         r = evaluate(task, outputs, reference, labels, user, sec.metric or "")
         if r["drop"] is not None:
             return r["drop"]
-        # nothing to measure the metric on (a detector's float model found no box): cosine points
+        # no figure to measure (a metric undefined on this set): cosine points
         return (1.0 - min(cosine(o, f) for o, f in zip(outputs, reference)
                           if np.shape(o) == np.shape(f))) * 100.0
     return drop, sec.metric or primary(task, has_labels(task, labels))

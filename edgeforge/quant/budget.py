@@ -63,7 +63,11 @@ class Budget:
             drop = self.task_drop(outputs, reference)
         else:
             drop = accuracy_drop(outputs[k:k + 1], reference[k:k + 1], labels)
-        return {"accuracy_drop": round(drop, 4), "cosine": round(worst_cosine(outputs, reference), 6)}
+        cos = round(worst_cosine(outputs, reference), 6)
+        if not self.labelled and self.task_drop is None:
+            # no labels: judged by cosine; the top-1 disagreement is no accuracy (manifest: none)
+            return {"accuracy_drop": None, "top1_disagreement": round(drop, 4), "cosine": cos}
+        return {"accuracy_drop": round(drop, 4), "cosine": cos}
 
     def met(self, m: dict) -> bool:
         if self.labelled or self.task_drop is not None:

@@ -1,7 +1,9 @@
 """Quality gates over bench results: one GateResult per gate, device and result.
 
-- ``max_accuracy_drop``: the run's ``drift.accuracy_drop`` (percentage points) <= X;
-- ``max_metric_drop``: the run's ``drift.task.drop`` (points of the ``[task]`` metric) <= X;
+- ``max_accuracy_drop`` and ``max_metric_drop``: drop budgets, applied by meaning (see
+  :func:`drop_gate`): a classifier's top-1 drop (``drift.accuracy_drop``) against the accuracy
+  budget, a detector's mAP, a segmenter's mIoU, a recogniser's CTC accuracy (``drift.task.drop``)
+  against the metric budget, so one directory mixing them passes when each is within its own;
 - ``max_p50_ms``: the run's median latency <= Y ms;
 - ``min_int8_speedup``: for each INT8 run, p50(fp32) / p50(int8) >= Z, the fp32 run being the
   same model and target on the same device (see :func:`.pairing.float_counterpart`);
@@ -17,6 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from ..errors import ConfigError, GateFailed
+from .figure import ACCURACY_BUDGET, METRIC_BUDGET, task_figure
 from .pairing import emulated, emulated_reason, fingerprint_id, float_counterpart, label, p50_ms, precision, short
 
 GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes", "max_metric_drop")
@@ -35,10 +38,11 @@ class GateResult:
     subject: str = ""              # model/target/backend/precision@sha12 — what was measured
     artifact_sha256: str = ""
     fingerprint: str = ""          # fingerprint id (see keys.fingerprint_id)
+    metric: str = ""               # drop gates: the metric judged ("mIoU", "top-1 accuracy")
 
     @property
     def case_name(self) -> str:
-        return f"{self.name} {self.subject}".strip()
+        return " ".join(x for x in (self.name, f"[{self.metric}]" if self.metric else "", self.subject) if x)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,10 +74,8 @@ def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, 
     devices = sorted({r["device"]["name"] for r in results})
     for device in devices:
         on_device = [r for r in results if r["device"]["name"] == device]
-        if max_accuracy_drop is not None:
-            out += [_accuracy_gate(r, max_accuracy_drop) for r in on_device]
-        if max_metric_drop is not None:
-            out += [metric_gate(r, max_metric_drop) for r in on_device]
+        if (max_accuracy_drop, max_metric_drop) != (None, None):
+            out += [drop_gate(r, max_accuracy_drop, max_metric_drop) for r in on_device]
         if max_p50_ms is not None:
             out += [_latency_gate(r, max_p50_ms) for r in on_device]
         if min_int8_speedup is not None:
@@ -93,30 +95,31 @@ def _base(r: dict) -> dict:
             "artifact_sha256": r["artifact"]["sha256"], "fingerprint": fingerprint_id(r)}
 
 
-def _drop_gate(r: dict, name: str, section: dict, key: str, missing: str, what: str,
-               limit: float) -> GateResult:
-    """``section[key]``, a drop in points, against ``limit``; a missing figure fails with
-    ``missing`` and the reason it was skipped, if the run gave one."""
-    drop = section.get(key)
-    if not isinstance(drop, (int, float)):
-        why = f" ({section['skipped']})" if section.get("skipped") else ""
-        return GateResult(name, passed=False, measured=None, threshold=limit, message=f"{missing}{why}",
-                          **_base(r))
+def drop_gate(r: dict, max_accuracy_drop: float | None, max_metric_drop: float | None) -> GateResult:
+    """The run's drop in its own metric (:func:`.figure.task_figure`) against its budget: a
+    classifier's top-1 against ``max_accuracy_drop`` (or, without one, ``max_metric_drop``:
+    top-1 is a classifier's task metric), any other task's metric against ``max_metric_drop``.
+    A figure that is missing, or a task model with only the top-1 budget, fails and says why."""
+    fig = task_figure(r.get("drift"))
+    classifier = fig is None or fig.budget == ACCURACY_BUDGET
+    name = ACCURACY_BUDGET if classifier and max_accuracy_drop is not None else METRIC_BUDGET
+    limit = max_accuracy_drop if name == ACCURACY_BUDGET else max_metric_drop
+    what = fig.name if fig is not None else "top-1 accuracy"
+    if limit is None:        # a task model, and only the top-1 budget given
+        return GateResult(METRIC_BUDGET, passed=False, measured=None, threshold=max_accuracy_drop,
+                          metric=what, message=(f"{what} ({fig.kind}) has no budget: --max-accuracy-drop "
+                                                "is a classifier's top-1; pass --max-metric-drop"), **_base(r))
+    drop = fig.drop if fig is not None else None
+    if drop is None:
+        why = (fig.skipped if fig is not None else None) or (r.get("drift") or {}).get("skipped")
+        missing = ("no accuracy drop recorded (drift.accuracy_drop)" if fig is None
+                   else f"no {what} drop recorded")
+        return GateResult(name, passed=False, measured=None, threshold=limit, metric=what,
+                          message=missing + (f" ({why})" if why else ""), **_base(r))
     ok = drop <= limit
-    return GateResult(name, passed=ok, measured=float(drop), threshold=limit,
-                      message=f"{what} {drop:.2f} points {'<=' if ok else '>'} {limit:g} allowed", **_base(r))
-
-
-def _accuracy_gate(r: dict, limit: float) -> GateResult:
-    return _drop_gate(r, "max_accuracy_drop", r.get("drift") or {}, "accuracy_drop",
-                      "no accuracy drop recorded (drift.accuracy_drop)", "accuracy drop", limit)
-
-
-def metric_gate(r: dict, limit: float) -> GateResult:
-    """The task metric's drop (``drift.task``: the host's figure from the device's outputs)."""
-    task = (r.get("drift") or {}).get("task") or {}
-    return _drop_gate(r, "max_metric_drop", task, "drop", "no task metric recorded (drift.task.drop)",
-                      f"{task.get('kind')} {task.get('metric')} drop", limit)
+    return GateResult(name, passed=ok, measured=float(drop), threshold=limit, metric=what,
+                      message=f"{what} drop {drop:.2f} points {'<=' if ok else '>'} {limit:g} allowed",
+                      **_base(r))
 
 
 def _latency_gate(r: dict, limit: float) -> GateResult:

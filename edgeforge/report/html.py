@@ -13,8 +13,11 @@ color:#222;padding:0 16px}
 h1{font-size:1.5em;margin-bottom:4px}h2{font-size:1.15em;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:3px}
 p.meta{color:#555;margin-top:0}
 .scroll{overflow-x:auto}
-table{border-collapse:collapse;font-size:12.5px;margin:8px 0}
-th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;white-space:nowrap}
+table{border-collapse:collapse;font-size:12.5px;margin:8px 0;max-width:100%}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+td code{white-space:nowrap}
+details{margin:10px 0}summary{font-weight:600;cursor:pointer}
+table#ship-table td:nth-child(3){font-weight:700}
 th{background:#f4f4f4}tr:nth-child(even) td{background:#fafafa}
 code{font-family:ui-monospace,"DejaVu Sans Mono",monospace;font-size:12px}
 code[title]{text-decoration:underline dotted;cursor:help}
@@ -44,26 +47,33 @@ def render_html(summary: dict, results: list[dict]) -> str:
              f"fingerprint(s). Every row names the device, its fingerprint and the artifact digest; hover a digest "
              f"or fingerprint for the full value.</p>"]
     for t in report_tables(summary):
-        parts.append(f'<h2 id="{t.key}">{escape(t.title)}</h2>')
-        parts += [f'<p class="verdict"><b>{escape(x)}</b></p>' for x in t.lead]
-        if not t.rows and t.empty:
-            parts.append(f"<p>{escape(t.empty)}</p>")
-        else:
-            parts.append('<div class="scroll"><table><thead><tr>'
-                         + "".join(f"<th>{escape(h)}</th>" for h in t.header) + "</tr></thead><tbody>")
-            parts += ["<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in t.rows]
-            parts.append("</tbody></table></div>")
-        if t.notes:
-            parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in t.notes) + "</ul>")
-        if t.key in _FIGURES and t.rows:
-            draw, caption = _FIGURES[t.key]
-            svg = draw(summary, results) if t.key not in ("artifacts", "profile", "e2e") else draw(summary)
-            if svg:
-                parts.append(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
+        parts += _section(t, summary, results)
     parts += html_parts(summary)              # load curves, when there are load results
     parts += ['<h2 id="method">How to read the statistics</h2>', f"<p>{escape(method_text(summary))}</p>",
               "</body></html>", ""]
     return "\n".join(parts)
+
+
+def _section(t, summary: dict, results: list[dict]) -> list[str]:
+    """One table with its notes and figure: a heading, or folded under <details>."""
+    out = ([f'<details id="{t.key}"><summary>{escape(t.title)}</summary>'] if t.folded
+           else [f'<h2 id="{t.key}">{escape(t.title)}</h2>'])
+    out += [f'<p class="verdict"><b>{escape(x)}</b></p>' for x in t.lead]
+    if not t.rows and t.empty:
+        out.append(f"<p>{escape(t.empty)}</p>")
+    else:
+        out.append(f'<div class="scroll"><table id="{t.key}-table"><thead><tr>'
+                   + "".join(f"<th>{escape(h)}</th>" for h in t.header) + "</tr></thead><tbody>")
+        out += ["<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in t.rows]
+        out.append("</tbody></table></div>")
+    if t.notes:
+        out.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in t.notes) + "</ul>")
+    if t.key in _FIGURES and t.rows:
+        draw, caption = _FIGURES[t.key]
+        svg = draw(summary, results) if t.key not in ("artifacts", "profile", "e2e") else draw(summary)
+        if svg:
+            out.append(f"<figure>{svg}<figcaption>{escape(caption)}</figcaption></figure>")
+    return out + (["</details>"] if t.folded else [])
 
 
 def _cell(v) -> str:

@@ -114,10 +114,18 @@ def _entry(index: int, path: Path, r: dict) -> dict:
         "n_samples": len(r["samples_ms"]),
         "summary": s,
         "drift": r.get("drift"),
+        "figure": _figure(r),          # the task's own metric (report.figure): what a person reads
         "transfer": r.get("transfer"),
         "profile": _profile(r),
         "end_to_end": _end_to_end(r),
     }
+
+
+def _figure(r: dict) -> dict | None:
+    from .figure import task_figure
+
+    fig = task_figure(r.get("drift"))
+    return fig.to_dict() if fig is not None else None
 
 
 def _end_to_end(r: dict) -> dict | None:
@@ -153,6 +161,7 @@ def _pairs(results: list[dict], entries: list[dict]) -> list[dict]:
                 "int8": {"id": e["id"], "sha256": r["artifact"]["sha256"], "p50_ms": p50_ms(r),
                          "size_bytes": r["artifact"].get("size_bytes")},
                 "float": None, "speedup": None, "size_ratio": None, "compare": None, "note": why,
+                "figure": e["figure"],
                 **{k: drift.get(k) for k in ("accuracy_drop", "accuracy", "float_accuracy", "top1_agreement", "cosine")}}
         if ref is not None:
             fe = index[id(ref)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import fmt
+from .figure import SIGN_NOTE
 from .verdict import why_not_significant
 
 METHOD = (
@@ -17,8 +18,9 @@ METHOD = (
     "not counted as independent) with a percentile-bootstrap interval of the p50 ratio; a change is only "
     "called faster or slower when p < {alpha:g}, the interval excludes 1 and the p50 moved by at least "
     "{min_change:g}%. Results are paired and compared only on the same device fingerprint (CPU model, kernel, "
-    "cores, governor). Accuracy drop is in percentage points of the evaluation set; accuracy and top-1 "
-    "agreement are percentages of it."
+    "cores, governor). Each model is judged on its task's own metric (top-1 accuracy for a classifier, "
+    "mAP for a detector, mIoU for a segmenter, CTC accuracy for a recogniser), measured on the host from "
+    "the device's outputs (the drop's sign: see *What to ship*)."
 )
 
 
@@ -37,11 +39,16 @@ class Table:
     rows: list[list] = field(default_factory=list)
     empty: str = ""               # what to say instead of an empty table
     notes: list[str] = field(default_factory=list)
-    lead: list[str] = field(default_factory=list)   # lines before the table (INT8: the verdicts)
+    lead: list[str] = field(default_factory=list)   # lines before the table
+    folded: bool = False          # details: folded under <details> in the HTML (all shown in Markdown)
 
 
-def digest(sha256: str | None, prefix: str = "") -> Cell | str:
-    return Cell(f"{prefix}{sha256[:12]}", title=f"sha256 {sha256}") if sha256 else "-"
+def digest(sha256: str | None, prefix: str = "", short: bool = False) -> Cell | str:
+    """The artifact's digest, 12 characters (``short``: only ``prefix``, the run id), the full
+    sha256 as the tooltip."""
+    if not sha256:
+        return "-"
+    return Cell(prefix.strip() if short and prefix else f"{prefix}{sha256[:12]}", title=f"sha256 {sha256}")
 
 
 def fingerprint(fid: str, fingerprints: dict) -> Cell:
@@ -50,38 +57,48 @@ def fingerprint(fid: str, fingerprints: dict) -> Cell:
     return Cell(fid, title=facts)
 
 
+def device_cell(e: dict, fingerprints: dict, note: str = "") -> Cell:
+    """The device and its fingerprint id, the fingerprint's facts as the tooltip."""
+    fid = e["device"]["fingerprint_id"]
+    return Cell(f"{e['device']['name']} {fid}{note}", title=fingerprint(fid, fingerprints).title, code=False)
+
+
 def report_tables(summary: dict) -> list[Table]:
     fps, results, pairs = summary["fingerprints"], summary["results"], summary["int8_vs_float"]
     devices = Table("devices", "Devices", ["fingerprint", "device(s)", "CPU", "kernel", "cores", "governor", "runtime(s)"],
                     [[Cell(f["id"]), ", ".join(f["devices"]), f.get("cpu_model"), f.get("kernel"), f.get("cores"),
-                      f.get("governor"), ", ".join(f["runtimes"])] for f in fps.values()])
-    runs = Table("results", "Latency and drift",
-                 ["run", "model/target/backend/precision", "artifact", "device", "fingerprint", "runtime", "threads",
-                  "samples", "p50 ms", "p90 ms", "p99 ms", "mean ms", "MAD ms", "peak RSS MB", "top-1 agreement",
-                  "accuracy", "drop (points)", "temp C", "load"])
+                      f.get("governor"), ", ".join(f["runtimes"])] for f in fps.values()], folded=True)
+    runs = Table("results", "Latency and task metric",
+                 ["run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p99 ms", "metric",
+                  "float", "artifact's", "drop (points)"])
+    details = Table("details", "Run details", ["run", "fingerprint", "runtime", "threads", "samples", "p90 ms",
+                                               "mean ms", "MAD ms", "peak RSS MB", "top-1 agreement", "cosine",
+                                               "temp C", "load"], folded=True)
     for e in results:
         s, d = e["summary"], e["drift"] or {}
         emu = e["device"].get("emulated")
         runs.rows.append([e["id"], e["label"], digest(e["artifact"]["sha256"]),
-                          e["device"]["name"] + (f" (emulated, {emu}: timings are not figures)" if emu else ""),
-                          fingerprint(e["device"]["fingerprint_id"], fps),
-                          f"{e['runtime']['name']} {e['runtime']['version']}", e["settings"].get("threads"),
-                          e["n_samples"], fmt.ms(s.get("p50_ms")), fmt.ms(s.get("p90_ms")), fmt.ms(s.get("p99_ms")),
-                          fmt.ms(s.get("mean_ms")), fmt.ms(s.get("mad_ms")), fmt.points(s.get("peak_rss_mb")),
-                          fmt.pct(d.get("top1_agreement")), fmt.pct(d.get("accuracy")), fmt.points(d.get("accuracy_drop")),
-                          fmt.temps(e["conditions"]), fmt.load(e["conditions"])])
+                          device_cell(e, fps, f" (emulated, {emu}: timings are not figures)" if emu else ""),
+                          fmt.ms(s.get("p50_ms")), fmt.ms(s.get("p99_ms")), *figure_cells(e.get("figure"))])
+        details.rows.append([e["id"], fingerprint(e["device"]["fingerprint_id"], fps),
+                             f"{e['runtime']['name']} {e['runtime']['version']}", e["settings"].get("threads"),
+                             e["n_samples"], fmt.ms(s.get("p90_ms")), fmt.ms(s.get("mean_ms")), fmt.ms(s.get("mad_ms")),
+                             fmt.points(s.get("peak_rss_mb")), fmt.pct(d.get("top1_agreement")),
+                             "-" if d.get("cosine") is None else f"{d['cosine']:.5f}",
+                             fmt.temps(e["conditions"]), fmt.load(e["conditions"])])
     int8 = Table("int8", "INT8 vs float",
-                 ["model/target", "device", "fingerprint", "fp32 run", "int8 run", "fp32 p50 ms", "int8 p50 ms",
-                  "speed-up", "compare", "accuracy drop (points)", "top-1 agreement", "cosine", "size fp32/int8"],
-                 empty="No INT8 results among the inputs.", lead=verdict_lines(pairs))
+                 ["model/target", "device", "fp32 run", "int8 run", "fp32 p50 ms", "int8 p50 ms",
+                  "speed-up", "compare", "metric drop (points)", "size fp32/int8"],
+                 empty="No INT8 results among the inputs.")
     for p in pairs:
         f = p["float"] or {}
-        int8.rows.append([f"{p['model'] or '?'}/{p['target']}", p["device"], fingerprint(p["fingerprint_id"], fps),
-                          digest(f.get("sha256"), f"{f['id']} ") if f else "-",
-                          digest(p["int8"]["sha256"], f"{p['int8']['id']} "),
+        fig = p.get("figure") or {}
+        int8.rows.append([f"{p['model'] or '?'}/{p['target']}", p["device"],
+                          digest(f.get("sha256"), f"{f['id']} ", short=True) if f else "-",
+                          digest(p["int8"]["sha256"], f"{p['int8']['id']} ", short=True),
                           fmt.ms(f.get("p50_ms")), fmt.ms(p["int8"]["p50_ms"]), fmt.ratio(p["speedup"]),
-                          verdict_cell(p), fmt.points(p.get("accuracy_drop")), fmt.pct(p.get("top1_agreement")),
-                          "-" if p.get("cosine") is None else f"{p['cosine']:.5f}", fmt.ratio(p["size_ratio"])])
+                          verdict_cell(p), f"{fmt.points(fig['drop'])} ({fig['name']})" if fig else "-",
+                          fmt.ratio(p["size_ratio"])])
         c = p["compare"]
         int8.notes.append(f"{p['int8']['id']}: {c['line'] if c else p['note']}")
         int8.notes += [f"{p['int8']['id']} warning: {w}" for w in (c or {}).get("warnings", [])]
@@ -102,7 +119,46 @@ def report_tables(summary: dict) -> list[Table]:
     sources = Table("sources", "Sources", ["run", "file", "result id", "created"],
                     [[e["id"], Cell(e["source"]), e.get("result_id"), e.get("created_at")] for e in results],
                     notes=[f"skipped {s['source']}: {s['reason']}" for s in summary.get("skipped", [])])
-    return [devices, runs, int8, placement, profiles, e2e, artifacts, sources]
+    for t in (placement, profiles, e2e, artifacts, sources):
+        t.folded = True
+    return [ship_table(summary), runs, int8, details, devices, placement, profiles, e2e, artifacts, sources]
+
+
+def figure_cells(fig: dict | None, short: bool = False) -> list[str]:
+    """metric, float, artifact, drop: the task's own figure (report.figure) as table cells;
+    ``short``: the metric's short name (a terminal column)."""
+    if not fig:
+        return ["-", "-", "-", "-"]
+    value = (lambda v: fmt.num(v, ".4f")) if fig["metric"].startswith("cosine") else fmt.pct
+    name = fig["name"].replace(" accuracy", "").replace(" vs float", "*") if short else fig["name"]
+    return [name, value(fig["float"]), value(fig["artifact"]), fmt.points(fig["drop"])]
+
+
+def ship_table(summary: dict) -> Table:
+    """What to ship, per model, target and device, once: the latest INT8 verdict there, or what
+    was measured where there is none. The first thing a person reads."""
+    t = Table("ship", "What to ship", ["model/target", "device", "ship", "task metric", "why"],
+              empty="No results among the inputs.")
+    latest: dict[tuple, dict] = {}
+    for e in summary["results"]:
+        latest[(e["model"], e["artifact"]["target"], e["device"]["name"])] = e
+    verdicts = {(p["model"], p["target"], p["device"]): p for p in summary["int8_vs_float"]}
+    for key, e in latest.items():
+        p = verdicts.get(key)
+        v = (p or {}).get("verdict")
+        fig = (p or {}).get("figure") or e.get("figure")
+        metric = "-" if not fig else (f"{fig['name']} drop {fmt.points(fig['drop'])} points"
+                                      if fig.get("drop") is not None else fig["name"] + " not measured")
+        if v:
+            ship = v["ship"].upper() if v["ship"] == "int8" else "fp32"
+            why = v["line"] + ("; --precision auto picks fp32" if v["ship"] == "fp32" else "")
+        elif p:
+            ship, why = "no verdict", p["note"]
+        else:
+            ship, why = e["artifact"]["precision"], f"only {e['artifact']['precision']} measured here"
+        t.rows.append([f"{key[0] or '?'}/{key[1]}", key[2], ship, metric, why])
+    t.notes.append(SIGN_NOTE)
+    return t
 
 
 E2E_STAGES = ("decode", "preprocess", "infer", "postprocess")
@@ -169,14 +225,16 @@ def method_text(summary: dict) -> str:
 
 
 def verdict_lines(pairs: list[dict]) -> list[str]:
-    """One line per INT8 run with an fp32 counterpart: model/target on device, the verdict."""
-    out = []
+    """One line per model/target on a device with an INT8 verdict (the latest run's: repeated
+    runs say it once): model/target on device, the verdict."""
+    latest: dict[tuple, str] = {}
     for p in pairs:
         v = p.get("verdict")
         if v:
             auto = "; --precision auto picks fp32" if v["ship"] == "fp32" else ""
-            out.append(f"{p['model'] or '?'}/{p['target']} on {p['device']}: {v['line']}{auto}")
-    return out
+            latest[(p["model"], p["target"], p["device"])] = (
+                f"{p['model'] or '?'}/{p['target']} on {p['device']}: {v['line']}{auto}")
+    return list(latest.values())
 
 
 def verdict_cell(pair: dict) -> str:

@@ -6,8 +6,8 @@ One rule, used by the build summary (host stand-in), ``bench``, ``sweep``, ``rep
 - the speed comes from :mod:`.compare`'s statistics on fp32 (A) against INT8 (B): INT8 is
   "faster" or "slower" only when compare says so (p < alpha, the interval of the ratio excludes
   1, at least the practical threshold), else "not significant";
-- the accuracy is the INT8 build's cost: its accuracy drop in points (with labels) or its
-  cosine against float, and whether it is within the accuracy budget;
+- the accuracy is the INT8 build's cost: the drop of its task's own figure (top-1, mAP, mIoU,
+  CTC accuracy; :mod:`.figure`) in points, positive = worse, or its cosine against float, and whether it is within the accuracy budget;
 - ship INT8 only when it is significantly faster *and* within the budget; otherwise ship fp32
   (a not-significant speed-up buys only size).
 
@@ -40,11 +40,13 @@ def _get(c, key):
     return c.get(key) if isinstance(c, dict) else getattr(c, key, None)
 
 
-def accuracy_text(accuracy_drop: float | None, cosine: float | None) -> str:
-    """'-0.3 points' (the accuracy change: minus is worse), else 'cosine 0.9991', else ''."""
+def accuracy_text(accuracy_drop: float | None, cosine: float | None, metric: str = "accuracy") -> str:
+    """'accuracy drop 0.3 points' (positive: the artifact is worse; the one sign convention,
+    :data:`.figure.SIGN_NOTE`), 'mIoU drop 0.8 points' with ``metric``, else 'cosine 0.9991',
+    else ''."""
     if accuracy_drop is not None:
-        change = -float(accuracy_drop)
-        return f"{change:+.1f} points" if round(change, 1) else "0.0 points"
+        drop = float(accuracy_drop)
+        return f"{metric} drop {drop:.1f} points" if round(drop, 1) else f"{metric} drop 0.0 points"
     if cosine is not None:
         return f"cosine {cosine:.4f}"
     return ""
@@ -72,18 +74,19 @@ def why_not_significant(compare) -> str:
 
 def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: float | None = None,
                  cosine: float | None = None, within_budget: bool | None = None,
-                 where: str = "on this device") -> Verdict:
+                 where: str = "on this device", metric: str = "accuracy") -> Verdict:
     """The verdict for one INT8 build against its fp32 counterpart.
 
     ``compare``: compare(fp32, int8) as a CompareResult or its ``to_dict()`` (None: no
-    statistics, only ``speedup``). ``where``: how the line names the place measured."""
+    statistics, only ``speedup``). ``where``: how the line names the place measured; ``metric``:
+    the figure ``accuracy_drop`` is a drop of (the task's own: "mIoU", "mAP@0.5")."""
     verdict = _get(compare, "verdict")
     ratio = _get(compare, "ratio")
     if ratio:
         speedup = 1.0 / float(ratio)
     p = _get(compare, "p_value")
     speed = verdict if verdict in ("faster", "slower", "not significant") else "not measured"
-    acc = accuracy_text(accuracy_drop, cosine)
+    acc = accuracy_text(accuracy_drop, cosine, metric)
     over = within_budget is False
     if speed == "faster" and not over:
         ship = "int8"
@@ -113,9 +116,12 @@ def pair_verdict(pair: dict) -> Verdict | None:
     if not pair.get("float"):
         return None
     emulated = "emulated" in (pair.get("note") or "")
-    return int8_verdict(pair.get("compare"), speedup=pair.get("speedup"),
-                        accuracy_drop=pair.get("accuracy_drop"), cosine=pair.get("cosine"),
-                        where="on this (emulated) device" if emulated else "on this device")
+    fig = pair.get("figure") or {}
+    drop = fig.get("drop") if fig else pair.get("accuracy_drop")
+    return int8_verdict(pair.get("compare"), speedup=pair.get("speedup"), accuracy_drop=drop,
+                        cosine=pair.get("cosine") if drop is None else None,
+                        where="on this (emulated) device" if emulated else "on this device",
+                        metric=fig.get("name") or "accuracy")
 
 
 def result_verdict(r: dict, pool: list[dict]) -> tuple[Verdict | None, str]:
@@ -128,14 +134,18 @@ def result_verdict(r: dict, pool: list[dict]) -> tuple[Verdict | None, str]:
     ref, why = float_counterpart(r, pool)
     if ref is None:
         return None, why
+    from .figure import task_figure
+
     drift = r.get("drift") or {}
-    drop = drift.get("accuracy_drop")
+    fig = task_figure(drift)
+    drop = fig.drop if fig is not None else None
     try:
         c = compare(ref, r, labels=("fp32", "int8"))
     except ConfigError as exc:
         return None, f"not compared: {exc.one_line()}"
     return int8_verdict(c, speedup=p50_ms(ref) / p50_ms(r), accuracy_drop=drop,
-                        cosine=drift.get("cosine") if drop is None else None), ""
+                        cosine=drift.get("cosine") if drop is None else None,
+                        metric=fig.name if fig is not None else "accuracy"), ""
 
 
 def choose(candidates: list[dict]) -> dict:

@@ -251,6 +251,16 @@ def lite_predictor(model_path, threads=None, power_mode=None, input_names=None):
 ENGINE_CACHE = "trt_cache"      # beside the artifact, in <workdir>/<artifact sha256>/
 
 
+def applied_settings(rt, backend):
+    """(threads, power mode) as this device's runtime applies them: never more threads than the
+    device has cores, and a power mode only for Paddle Lite (onnxruntime has none)."""
+    threads = rt.get("threads")
+    cores = os.cpu_count()
+    if threads and cores and int(threads) > cores:
+        threads = cores
+    return threads, (rt.get("power_mode") if backend == "lite" else None)
+
+
 def make_predictor(manifest, build_dir, threads=None, power_mode=None):
     art = os.path.join(build_dir, manifest["artifact"]["path"])
     names = [i["name"] for i in manifest["inputs"]]
@@ -1106,7 +1116,7 @@ def bench_events(build_dir, spec):
     before = fingerprint()
     emit("fingerprint", when="before", fingerprint=before)
     rt = spec.get("runtime", {})
-    threads, power_mode = rt.get("threads"), rt.get("power_mode")
+    threads, power_mode = applied_settings(rt, spec.get("backend"))
     feeds, ref, labels = load_reference(build_dir, spec)
     one = {k: v[:1] for k, v in feeds.items()}     # latency: batch 1, the first evaluation sample
     warmups, runs = spec.get("warmups", "auto"), int(spec.get("runs", 100))
@@ -1134,6 +1144,7 @@ def bench_events(build_dir, spec):
             runtime["placement"] = onnx_placement(model, rt.get("execution_providers"), one,
                                                   rt.get("provider_options"), cache)
         runtime["load"] = load
+        runtime["applied"] = {"threads": threads, "power_mode": power_mode}
         emit("runtime", **runtime)
         lat = measure(timed(run, one), warmups, runs)
         rss = peak_rss_mb()

@@ -129,7 +129,9 @@ def against_float(dets: list[np.ndarray], float_dets: list[np.ndarray], score_th
             ious.append(iou)
             errs.append(abs(scores[d] - k_cls[img][j, 1]))
     n_gt = sum(len(g) for g in gts)
+    best = max((float(f[:, 1].max()) for f in float_dets if len(f)), default=None)
     return {"map50": mean_ap(dets, gts) if n_gt else None, "matched": len(ious), "float_boxes": n_gt,
+            "best_float_score": best,
             "matched_iou": float(np.mean(ious)) if ious else None,
             "score_error": float(np.mean(errs)) if errs else None}
 

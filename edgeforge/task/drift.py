@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PassError
+from ..errors import ConfigError, PassError
 from .evaluate import LABEL_KEYS, Task, evaluate
 
 
@@ -73,5 +73,5 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
         if how:
             rec["postprocess"] = post["op"]      # the device's answers were compared
         return rec
-    except (ValueError, PassError) as exc:
-        return {**empty, "skipped": str(exc)}
+    except (ValueError, PassError, ConfigError) as exc:
+        return {**empty, "skipped": exc.one_line() if isinstance(exc, ConfigError) else str(exc)}

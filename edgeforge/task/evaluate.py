@@ -107,6 +107,22 @@ def primary(task: Task, labelled: bool) -> str:
             "embedding": "recall@1" if labelled else "cosine", "generic": "cosine"}[task.kind]
 
 
+def no_reference(task: Task, best: float | None) -> None:
+    """An unlabelled detector is measured against the float model's boxes at or above ``[task]
+    score_threshold``; with none there is nothing to measure: a ConfigError (exit 2) naming the
+    threshold and the best score the float model gave, never a silent fallback to cosine."""
+    from ..errors import ConfigError
+
+    seen = "no detection at all" if best is None else f"its best score is {best:.3g}"
+    fix = (f"set [task] score_threshold below {best:.3g}" if best is not None and best > 0
+           else "check the model and its evaluation data")
+    raise ConfigError(f"[task] score_threshold = {task.score_threshold:g}: the float model detects nothing at or "
+                      f"above it on the evaluation set ({seen}), so there is no reference to measure the "
+                      "artifact against",
+                      hint=f"{fix} in edgeforge.toml, or give the evaluation data labels "
+                           "(gt_boxes, gt_classes, gt_counts)")
+
+
 UserMetric = Callable[[list, list, Optional[dict]], tuple[float, float]]
 
 
@@ -119,6 +135,8 @@ def evaluate(task: Task, outputs: list, reference: list, labels: dict | None = N
     labelled = has_labels(task, labels)
     art = figures_of(task, outputs, reference, labels)
     flt = figures_of(task, reference, reference, labels)
+    if task.kind == "detection" and user is None and flt.get("float_boxes") == 0:
+        no_reference(task, flt.get("best_float_score"))
     name = primary(task, labelled)
     if user is not None:
         f_val, a_val = user(outputs, reference, labels if labelled else None)

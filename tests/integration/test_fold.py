@@ -118,3 +118,44 @@ def test_fold_is_part_of_the_export_key(folded, tmp_path):
     shutil.copytree(folded, plain)
     (plain / "edgeforge.toml").write_text((folded / "edgeforge.toml").read_text().replace("fold = true\n", ""))
     assert project_artifact(load_project(plain)).digest != project_artifact(load_project(folded)).digest
+
+
+def _forward(x: np.ndarray, root) -> np.ndarray:
+    """The declared pipeline after decode and resize: the model's float inputs (NCHW)."""
+    from edgeforge.project import load_project
+
+    pre = load_project(root).spec.preprocess
+    y = x.astype(np.float32)
+    if pre.channel_order == "bgr":
+        y = y[..., ::-1]
+    y = (y * np.float32(pre.scale) - np.asarray(pre.mean, np.float32)) / np.asarray(pre.std, np.float32)
+    return np.ascontiguousarray(np.transpose(y, (0, 3, 1, 2)).astype(np.float32))
+
+
+def test_float_inputs_of_the_model_are_kept_under_fold(folded, tmp_path):
+    """A project whose data are the model's float inputs (normalized): with fold = true they are
+    mapped back through the declared pipeline to the uint8 images the artifact takes, and an
+    unlabelled set that does not map back comes from [preprocess] images (issue 46)."""
+    floats = tmp_path / "floats"
+    shutil.copytree(folded, floats)
+    x = _bytes(folded)
+    y = _forward(x, folded)
+    assert y.min() < 0                                   # normalized: astype('uint8') would ruin them
+    np.savez(floats / "data" / "calib.npz", image=y + np.float32(0.3))      # not from whole pixels
+    np.savez(floats / "data" / "eval.npz", image=y)
+    b = api.build(floats, "linux-x86", precision="fp32", out=tmp_path / "out")
+    assert b.verify_status == "passed"
+    with np.load(b.out_dir / "reference" / "eval_inputs.npz") as z:
+        assert z["image"].dtype == np.uint8 and np.array_equal(z["image"], x)
+
+
+def test_float_inputs_that_do_not_map_back_name_the_fix(folded, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(folded, bad)
+    y = _forward(_bytes(folded), folded) + np.float32(0.3)
+    np.savez(bad / "data" / "eval.npz", image=y, labels=np.zeros(len(y), np.int64))
+    with pytest.raises(ConfigError) as exc:
+        api.build(bad, "linux-x86", precision="fp32", out=tmp_path / "out")
+    line = exc.value.one_line()
+    assert "holds the model's float inputs" in line and "uint8 [N, 48, 64, 3]" in line
+    assert "astype('uint8')" not in line and "fold = false" in line

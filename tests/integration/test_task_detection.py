@@ -52,3 +52,21 @@ def test_nms_in_the_graph_lite_rows_and_counts(tmp_path):
     assert m["verify"]["status"] == "passed"
     assert (t["kind"], t["metric"], t["labelled"]) == ("detection", "map50", True)
     assert 0.3 < t["float"] <= 1.0 and t["artifact"] == pytest.approx(t["float"], abs=0.02)
+
+
+def test_no_float_box_above_the_threshold_stops_with_exit_2(project, tmp_path, capsys):
+    """An unlabelled detector with [task] score_threshold above every float score: exit 2, one
+    line naming score_threshold and the best score seen (issue 46)."""
+    from edgeforge.cli import main
+
+    with np.load(project / "data" / "eval.npz") as z:
+        x = z["x"]
+    free = tmp_path / "free"
+    shutil.copytree(project, free)
+    np.savez(free / "data" / "eval.npz", x=x)
+    toml = free / "edgeforge.toml"
+    toml.write_text(toml.read_text().replace('kind = "detection"', 'kind = "detection"\nscore_threshold = 1.0'))
+    assert main(["build", str(free), "--target", "linux-x86", "--out", str(tmp_path / "out")]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: [task] score_threshold = 1:"), err   # nothing native
+    assert "best score is" in err[0] and "cosine" not in err[0]

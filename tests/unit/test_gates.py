@@ -162,3 +162,41 @@ def test_reference_runs_serve_as_counterparts_without_being_gated():
     p = argparse.ArgumentParser()
     add_gate_arguments(p)
     assert gate_failure(p.parse_args(["--min-int8-speedup", "1.5"]), [int8], reference=[earlier_fp32]) is None
+
+
+def mixed_models(seg_artifact: float = 0.71) -> list[dict]:
+    """A classifier, a detector and a segmenter, INT8 on one board (issue 46)."""
+    return [make_result(precision="int8", seed=1, accuracy_drop=0.6),
+            make_result(name="picodet", precision="int8", seed=2, task=("detection", "map50", 0.52, 0.50)),
+            make_result(name="pplite-seg", precision="int8", seed=3,
+                        task=("segmentation", "miou", 0.72, seg_artifact))]
+
+
+def test_drop_budgets_apply_each_in_its_own_metric(tmp_path, capsys):
+    for i, r in enumerate(mixed_models()):
+        (tmp_path / f"r{i}.json").write_text(json.dumps(r))
+    junit = tmp_path / "gates.xml"
+    assert main(["gate", str(tmp_path), "--max-metric-drop", "3", "--max-accuracy-drop", "1",
+                 "--junit", str(junit)]) == 0
+    names = [c.get("name") for c in ET.parse(junit).getroot().iter("testcase")]
+    assert sorted(n.split(" ")[0] + " " + n.split(" ")[1] for n in names) == [
+        "max_accuracy_drop [top-1", "max_metric_drop [mAP@0.5]", "max_metric_drop [mIoU]"]
+    # the segmenter loses 4 points of mIoU: only its gate fails, and says so
+    for i, r in enumerate(mixed_models(seg_artifact=0.68)):
+        (tmp_path / f"r{i}.json").write_text(json.dumps(r))
+    assert main(["gate", str(tmp_path), "--max-metric-drop", "3", "--max-accuracy-drop", "1",
+                 "--junit", str(junit)]) == 1
+    err = capsys.readouterr().err
+    assert "1 of 3 gates failed" in err and "mIoU drop 4.00 points > 3 allowed" in err
+    failed = [c for c in ET.parse(junit).getroot().iter("testcase") if c.find("failure") is not None]
+    assert [c.get("name").split(" ")[1] for c in failed] == ["[mIoU]"]
+
+
+def test_one_budget_alone_gates_by_meaning():
+    runs = mixed_models()
+    only_metric = evaluate_gates(runs, max_metric_drop=1.0)       # top-1 is a classifier's metric
+    assert [(g.metric, g.passed) for g in only_metric] == [
+        ("top-1 accuracy", True), ("mAP@0.5", False), ("mIoU", True)]
+    only_top1 = evaluate_gates(runs, max_accuracy_drop=1.0)       # no top-1 for a detector
+    assert [g.passed for g in only_top1] == [True, False, False]
+    assert "pass --max-metric-drop" in only_top1[1].message and "mAP@0.5" in only_top1[1].message

@@ -155,15 +155,18 @@ def test_cli_report_prints_the_paths_and_a_table(tmp_path, capsys, monkeypatch, 
     assert main(["report", str(tmp_path / "missing.json")]) == 2
 
 
-def test_int8_section_leads_with_one_verdict_per_pair(tmp_path, rendered):
-    """Faster within noise-free statistics: ship INT8; a slower INT8 run: ship fp32, and
-    --precision auto picks fp32 (issue 18)."""
+def test_the_verdict_comes_first_once_per_model_target_and_device(tmp_path, rendered):
+    """What to ship leads the report, one row per model/target/device even with a rerun; a
+    slower INT8 run: ship fp32, and --precision auto picks fp32 (issues 18, 46)."""
     _, out = rendered
     md = out["markdown"].read_text()
-    section = md.split("## INT8 vs float", 1)[1]
-    lead = [ln for ln in section.splitlines()[:6] if ln.startswith("**")]
-    assert any("digits/rpi4 on" in ln and "faster than fp32, -0.6 points: ship INT8" in ln for ln in lead)
-    assert section.index("**digits/") < section.index("| model/target")
+    assert md.index("## What to ship") < md.index("## Latency and task metric") < md.index("## INT8 vs float")
+    ship = md.split("## What to ship", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in ship.splitlines() if ln.startswith("| digits/")]
+    assert len(rows) == 2          # rpi4 (an INT8 run and its rerun) and jetson-orin: each once
+    assert any("pi-lab-3 | INT8 |" in ln and "faster than fp32, top-1 accuracy drop 0.6 points: ship INT8" in ln
+               for ln in rows)
+    assert md.count("top-1 accuracy drop 0.6 points: ship INT8") == 1
     slow = {"int8": make_result(median_ms=6.6, seed=1), "fp32": make_result(precision="fp32", median_ms=5.1, seed=2)}
     for stem, r in slow.items():
         (tmp_path / f"{stem}.json").write_text(json.dumps(r))

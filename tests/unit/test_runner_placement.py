@@ -160,3 +160,14 @@ def test_cli_gate_min_accelerated_nodes_exits_1_only_when_asked(tmp_path, capsys
     assert main(["gate", str(tmp_path / "res"), "--min-accelerated-nodes", "0.9"]) == 1
     assert "0/49 nodes accelerated" in capsys.readouterr().err
     assert main(["gate", str(tmp_path / "res"), "--max-accuracy-drop", "1"]) == 0
+
+
+def test_a_run_records_the_threads_and_power_mode_its_runtime_applied():
+    """Never more threads than the device has cores; a power mode only for Paddle Lite (issue 46)."""
+    import os
+
+    from edgeforge.runner.edgeforge_runner import applied_settings
+
+    many = {"threads": 4096, "power_mode": "LITE_POWER_HIGH"}
+    assert applied_settings(many, "onnx") == (os.cpu_count(), None)
+    assert applied_settings({"threads": 1, "power_mode": "LITE_POWER_HIGH"}, "lite") == (1, "LITE_POWER_HIGH")

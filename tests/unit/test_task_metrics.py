@@ -139,3 +139,16 @@ def test_a_user_metric_runs_in_a_child(tmp_path):
     with pytest.raises(PassError, match="returned str, not a number"):
         evaluate(task, [np.ones((1, 1))], [np.ones((1, 1))],
                  user=user_metric(tmp_path, "mymetric:broken", tmp_path / "m2.log"))
+
+
+def test_a_detector_without_float_boxes_names_score_threshold():
+    """No float box at or above [task] score_threshold: nothing to measure against; a
+    ConfigError naming the threshold and the best score, never a cosine fallback (issue 46)."""
+    from edgeforge.errors import ConfigError
+
+    flt = np.array([[0, 0.31, 0, 0, 10, 10], [1, 0.12, 20, 20, 30, 30]], dtype=float)
+    with pytest.raises(ConfigError) as exc:
+        evaluate(Task(kind="detection", score_threshold=0.5), [flt, np.array([2])], [flt, np.array([2])])
+    line = exc.value.one_line()
+    assert "score_threshold = 0.5" in line and "best score is 0.31" in line and "below 0.31" in line
+    assert "\n" not in line

@@ -18,7 +18,7 @@ def test_faster_within_budget_ships_int8():
     c = compare_samples(samples(1.51), samples(1.0, seed=1), labels=("fp32", "int8"))
     v = int8_verdict(c, accuracy_drop=0.3, within_budget=True)
     assert v.ship == "int8" and v.speed == "faster"
-    assert v.line.startswith("INT8 1.5") and "faster than fp32, -0.3 points: ship INT8" in v.line
+    assert v.line.startswith("INT8 1.5") and "faster than fp32, accuracy drop 0.3 points: ship INT8" in v.line
 
 
 def test_slower_ships_fp32():

@@ -263,8 +263,12 @@ class Bench:
                        **({"lab": self.device.lab.model_dump()} if self.device.lab else {})},
             "runtime": runtime,
             "settings": {"warmups": lat.get("warmups", 0), "warmups_requested": s.warmups,
-                         "warmup_stable": lat.get("warmup_stable"), "runs": s.runs, "threads": s.threads,
-                         "power_mode": s.power_mode, "execution_providers": rt.get("execution_providers"),
+                         "warmup_stable": lat.get("warmup_stable"), "runs": s.runs,
+                         # what the device's runtime applied (the runner's record), else what was asked
+                         "threads": (runtime.get("applied") or {}).get("threads", s.threads),
+                         "power_mode": (runtime.get("applied") or {}).get(
+                             "power_mode", s.power_mode if m["backend"] == "lite" else None),
+                         "execution_providers": rt.get("execution_providers"),
                          "runner": s.runner, "batch": lat.get("batch", 1),
                          "connect_timeout_s": s.connect_timeout_s, "command_timeout_s": s.command_timeout_s},
             "samples_ms": samples,
