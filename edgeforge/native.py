@@ -66,7 +66,7 @@ def last_lines(text: str, n: int = 3) -> str:
 def _spawn(argv: list[str], log_path: Path, pass_name: str, what: str, hint: str | None,
            timeout: float | None) -> int:
     """The child runs in a process group of its own; a timeout, an interrupt (SIGINT, SIGTERM,
-    SIGHUP: :mod:`edgeforge.native_signals`) or any other exception here ends the whole group
+    SIGHUP: :mod:`edgeforge.stop_signals`) or any other exception here ends the whole group
     (the child and whatever it started: a user metric's own processes) before it propagates."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log_fh:

@@ -19,21 +19,20 @@ session ties to closing the SSH connection); :func:`reserved` is the same as a `
 """
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..errors import Busy, DeviceError, EdgeforgeError, Stopped
+from ..errors import Busy, DeviceError, EdgeforgeError
+from ..stop_signals import signals_held
 from .client import LabClient, LabRefused
 from .parse import PlaceInfo, queue_position
 
 WAIT_TIMEOUT_S = 600.0
 POLL_S = 4.0            # how often the queue position and the holder are read again
 TICK_S = 0.2
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 Step = Callable[[str, str], None]
 
@@ -161,27 +160,6 @@ class PlaceHold:
             fn(*args)
         except EdgeforgeError as exc:
             self.notes.append(f"could not {what} place {self.place}: {getattr(exc, 'detail', exc.message)}")
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP wait until the block is done (main thread only), then raise
-    as they would have (KeyboardInterrupt / Stopped): cleanup is not cut short."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    old = {}
-    for sig in STOP_SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            old[sig] = signal.signal(sig, lambda s, f: got.append(s))
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        if got:
-            raise KeyboardInterrupt() if got[0] == signal.SIGINT else Stopped(got[0])
 
 
 @contextmanager

@@ -9,6 +9,10 @@ orphaned and ``edgeforge-build-*`` / ``edgeforge-native-*`` temporary directorie
 
 :func:`keep_handlers` (installed by the CLI) re-installs the Python-level handlers of SIGINT,
 SIGTERM and SIGHUP right after such a module is first imported, whoever imports it.
+
+:func:`signals_held` and :func:`signals_held_once` let cleanup and bookkeeping finish before a
+stop signal takes effect (a lab place given back; a bench's lease released and its measured
+result written).
 """
 from __future__ import annotations
 
@@ -16,6 +20,10 @@ import importlib.abc
 import importlib.machinery
 import signal
 import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from .errors import Stopped
 
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 NATIVE = ("paddle",)            # top-level modules whose import replaces a handler (measured)
@@ -61,3 +69,44 @@ def keep_handlers() -> None:
         sys.meta_path.insert(0, _AfterImport())
     if any(name in sys.modules for name in NATIVE):
         restore()
+
+
+def _stop(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+
+
+@contextmanager
+def signals_held_once(ready: Callable[[], bool]) -> Iterator[list[int]]:
+    """SIGINT, SIGTERM and SIGHUP raise as usual (KeyboardInterrupt / Stopped) while ``ready()``
+    is false; once it is true they are recorded in the yielded list and the block runs to its
+    end; the caller decides what the record means. Main thread only (elsewhere: nothing held)."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def on_signal(signum, frame):
+        if not got and not ready():
+            raise _stop(signum)
+        got.append(signum)
+    old = {}
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            old[sig] = signal.signal(sig, on_signal)
+    try:
+        yield got
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait until the block is done (main thread only), then raise
+    as they would have (KeyboardInterrupt / Stopped): cleanup is not cut short."""
+    with signals_held_once(lambda: True) as got:
+        try:
+            yield
+        finally:
+            if got:
+                raise _stop(got[0])
