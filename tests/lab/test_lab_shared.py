@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from edgeforge.device.link.inventory import render_device_toml
 
 STRANGE = ("other user's board", "<b>x</b>")
@@ -21,27 +23,39 @@ def _warnings(err):
     return [ln for ln in err.splitlines() if ln.startswith("warning:")]
 
 
-def test_a_place_with_a_space_or_markup_is_skipped_with_a_warning(cli, rpi4_lab, builds):
-    fleet, lab, inv = rpi4_lab
+def _strange_places(lab):
     for name in STRANGE:
         lab.place(name, "dev-b", board="rpi4")
-    code, out, err = cli("devices", "--inventory", inv)
+
+
+def test_a_place_with_a_space_or_markup_is_skipped_with_a_warning(cli, rpi4_lab, builds):
+    fleet, lab, inv = rpi4_lab
+    _strange_places(lab)
+    code, out, err = cli("devices", "--inventory", inv, "--json")
     assert code == 0, err + out
     warned = _warnings(err)
     assert len(warned) == len(STRANGE), err
     for name in STRANGE:
         assert any(f"labgrid place {name!r} at {lab.address} skipped: its name is not a device name" in w
                    for w in warned), warned
-    code, out, err = cli("devices", "--inventory", inv, "--json")
     doc = json.loads(out)
     assert {p["name"]: p["device"] for p in doc["labgrid"]["places"]} == {
         "rpi4-a": True, "rpi4-b": True, STRANGE[0]: False, STRANGE[1]: False}
-    code, out, err = cli(*_bench(builds, inv, fleet.results, "--device", "rpi4-a", "-q"))
-    assert code == 0, err + out
     code, out, err = cli(*_bench(builds, inv, fleet.results, "--where", "board=rpi4", "--json", "-q"))
     assert code == 0, err + out
     assert {d["device"] for d in json.loads(out)["devices"]} == {"rpi4-a", "rpi4-b"}
     assert lab.acquired() == []
+
+
+@pytest.mark.slow
+def test_devices_and_bench_device_beside_a_strange_place(cli, rpi4_lab, builds):
+    fleet, lab, inv = rpi4_lab
+    _strange_places(lab)
+    code, out, err = cli("devices", "--inventory", inv)
+    assert code == 0 and len(_warnings(err)) == len(STRANGE), err + out
+    assert "not a device" in out
+    code, out, err = cli(*_bench(builds, inv, fleet.results, "--device", "rpi4-a", "-q"))
+    assert code == 0, err + out
 
 
 def test_a_coordinator_that_does_not_answer_fails_only_the_labs_devices(cli, rpi4_lab, builds):
