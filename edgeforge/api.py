@@ -281,6 +281,18 @@ def check_label_output(project: Project, exported) -> None:
                           hint=f"use 0 to {n - 1}: the index of the output the labels are for")
 
 
+def check_post(project: Project, exported) -> None:
+    """``[postprocess]`` output indices and a CTC blank against export's probe: exit 2 naming
+    the key, before quantize (:func:`edgeforge.task.post.against_outputs`)."""
+    from .task.post import against_outputs
+
+    shapes = exported.meta.get("output_shapes") if exported is not None else None
+    bad = against_outputs(project.spec, shapes) if isinstance(shapes, list) and shapes else None
+    if bad:
+        raise ConfigError(f"{project.root / 'edgeforge.toml'}: {bad}",
+                          hint="use the index of the output the step reads (export's probe counted them)")
+
+
 def _after_export(project: Project, labels, ctx, on_event: Event | None) -> Event:
     from .passes.base import PADDLE_FLOAT
 
@@ -291,6 +303,7 @@ def _after_export(project: Project, labels, ctx, on_event: Event | None) -> Even
             exported = ctx.history.get(PADDLE_FLOAT)
             check_label_output(project, exported)
             check_labels(project, labels, exported)
+            check_post(project, exported)
     return emit
 
 

@@ -5,9 +5,8 @@ The exit codes are declared once, in :class:`ExitCode`; each error class names i
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from enum import IntEnum
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 
 class ExitCode(IntEnum):
@@ -228,32 +227,6 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP wait until the block is done (main thread only), then raise
-    as they would have (KeyboardInterrupt / Stopped): cleanup, or a set of files written
-    together, is not cut short."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    old = {}
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
-            old[sig] = signal.signal(sig, lambda s, f: got.append(s))
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        if got:
-            raise KeyboardInterrupt() if got[0] == signal.SIGINT else Stopped(got[0])
 
 
 class ResultError(ConfigError):

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .errors import ConfigError, signals_held
+from .errors import ConfigError
+from .stop_signals import signals_held
 from .fsutil import writable_dir, write_files_atomic
 from .inference import RANGES
 from .init_data import MAX_SAMPLE_ELEMENTS, SPLIT, DataSource

@@ -45,6 +45,9 @@ def _tensor_name(v: str) -> str:
     return v
 
 
+TensorName = Annotated[str, AfterValidator(_tensor_name)]     # edgeforge.toml's input names too
+
+
 def _dim(v: Optional[int]) -> Optional[int]:
     if v is not None and v != -1 and not 1 <= v <= MAX_DIM:
         raise ValueError(f"a dimension must be 1..{MAX_DIM}, or -1/null for a free one")

@@ -65,16 +65,42 @@ def last_lines(text: str, n: int = 3) -> str:
 
 def _spawn(argv: list[str], log_path: Path, pass_name: str, what: str, hint: str | None,
            timeout: float | None) -> int:
+    """The child runs in a process group of its own; a timeout, an interrupt (SIGINT, SIGTERM,
+    SIGHUP: :mod:`edgeforge.stop_signals`) or any other exception here ends the whole group
+    (the child and whatever it started: a user metric's own processes) before it propagates."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log_fh:
         try:
-            return subprocess.run(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            raise PassError(pass_name, f"{what} did not finish within {timeout:.0f}s", hint=hint) from None
+            proc = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         except OSError as exc:
             raise PassError(pass_name, f"{what}: cannot start {argv[0]} ({exc.strerror or exc})",
                             hint=hint) from None
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _end_group(proc)
+            raise PassError(pass_name, f"{what} did not finish within {timeout:.0f}s", hint=hint) from None
+        except BaseException:
+            _end_group(proc)
+            raise
+        finally:
+            _end_group(proc, only_strays=True)
+
+
+def _end_group(proc: subprocess.Popen, only_strays: bool = False) -> None:
+    """SIGKILL the child's process group and reap the child. ``only_strays``: after a child that
+    exited, end what it left running in its group (nothing, normally)."""
+    import os
+
+    if only_strays and proc.returncode is None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.returncode is None:
+        proc.wait()
 
 
 def run_native(pass_name: str, what: str, fn: Callable, args: Iterable[Any], log_path: Path,

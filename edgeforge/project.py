@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import numpy as np
 from pydantic import Field, field_validator, model_serializer, model_validator
@@ -11,11 +11,17 @@ from pydantic_core import PydanticCustomError
 from .config import SELF_DESCRIBED, DTypes, Strict, parse_model, read_toml
 from .errors import ConfigError
 from .inference import RANGES
+from .manifest import TensorName
 
 PROJECT_FILE = "edgeforge.toml"
 
 
 MAX_FREE_DIM = 65536                      # the largest size a declared range may reach
+# [preprocess] bounds: what the runner computes stays finite in float32 and a size stays an
+# image a device can hold (4096 x 4096 float32 x 3 channels is 201 MB)
+MAX_SIDE, MAX_PIXELS = 8192, 4096 * 4096
+MAX_SCALE, MAX_MEAN, STD_RANGE = 1e4, 1e4, (1e-6, 1e6)
+MAX_CLASSES = 1 << 20                     # a class index (a CTC blank) beyond any model's
 
 
 def _invalid(message: str) -> PydanticCustomError:
@@ -30,7 +36,7 @@ class InputSpec(Strict):
     it is fixed): export probes and verify's reference run at ``opt``, verify also runs the
     artifact at ``min`` and ``max`` (:mod:`edgeforge.passes.verify_shapes`), TensorRT gets them as
     its optimisation profile. Serialised without the ranges when none are given."""
-    name: str
+    name: TensorName
     shape: list[int]
     dtype: DTypes = "float32"
     min_shape: Optional[list[int]] = None
@@ -150,13 +156,19 @@ class QuantizationSection(Strict):
 class TaskSection(Strict):
     """[task]: what the model is for, so drift and budgets are in the task's own metric."""
     kind: Literal["classification", "detection", "segmentation", "ctc", "embedding", "generic"] = "classification"
-    blank: int = Field(0, ge=0)                     # ctc: the blank class
+    blank: int = Field(0, ge=0, lt=MAX_CLASSES)     # ctc: the blank class
     time_axis: Literal[0, 1] = 1                    # ctc: [N, T, C] (1) or [T, N, C] (0)
     top_k: int = Field(5, ge=1, le=1000)            # classification top-k, embedding recall@k
     score_threshold: float = Field(0.5, ge=0, le=1)  # detection vs float: float boxes taken as truth
     metric: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     max_metric_drop: Optional[float] = Field(None, ge=0, le=100)   # points of the task metric
-    label_names: list[str] = []                     # class names, for pipeline.json
+    label_names: list[str] = Field([], max_length=MAX_CLASSES)   # class names, for pipeline.json
+
+
+# the numbers of [preprocess], each finite and bounded (a NaN mean would reach pipeline.json)
+Side = Annotated[int, Field(ge=1, le=MAX_SIDE)]
+Mean = Annotated[float, Field(ge=-MAX_MEAN, le=MAX_MEAN, allow_inf_nan=False)]
+Std = Annotated[float, Field(ge=STD_RANGE[0], le=STD_RANGE[1], allow_inf_nan=False)]
 
 
 class PreprocessSection(Strict):
@@ -165,17 +177,17 @@ class PreprocessSection(Strict):
     input: str = Field(min_length=1)                # the model input an image feeds
     images: str = Field(min_length=1)               # raw JPEG/PNG files: the parity check
     reference: Optional[str] = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    resize: Optional[list[int]] = Field(None, min_length=2, max_length=2)   # [h, w]
-    resize_short: Optional[int] = Field(None, gt=0, le=16384)
-    crop: Optional[list[int]] = Field(None, min_length=2, max_length=2)     # [h, w], centred
+    resize: Optional[list[Side]] = Field(None, min_length=2, max_length=2)   # [h, w]
+    resize_short: Optional[int] = Field(None, gt=0, le=MAX_SIDE)
+    crop: Optional[list[Side]] = Field(None, min_length=2, max_length=2)     # [h, w], centred
     interpolation: Literal["nearest", "bilinear", "bicubic", "area"] = "bilinear"
     channel_order: Literal["rgb", "bgr"] = "rgb"
-    scale: float = Field(1.0 / 255.0, gt=0, allow_inf_nan=False)  # applied first
-    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0], min_length=3, max_length=3)
-    std: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0], min_length=3, max_length=3)
+    scale: float = Field(1.0 / 255.0, gt=0, le=MAX_SCALE, allow_inf_nan=False)  # applied first
+    mean: list[Mean] = Field(default_factory=lambda: [0.0, 0.0, 0.0], min_length=3, max_length=3)
+    std: list[Std] = Field(default_factory=lambda: [1.0, 1.0, 1.0], min_length=3, max_length=3)
     layout: Literal["NCHW", "NHWC"] = "NCHW"
     fold: bool = False
-    tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)   # max abs tensor difference
+    tolerance: float = Field(1e-3, ge=0, le=1e6, allow_inf_nan=False)   # max abs tensor difference
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -183,10 +195,11 @@ class PreprocessSection(Strict):
             raise ValueError("give resize = [h, w], or resize_short = N with crop = [h, w]")
         if self.resize_short is not None and self.crop is None:
             raise ValueError("resize_short needs crop = [h, w]")
-        if any(v <= 0 for v in (self.resize or []) + (self.crop or [])):
-            raise ValueError("sizes must be positive")
-        if any(v <= 0 for v in self.std):
-            raise ValueError("std must be positive")
+        for key in ("resize", "crop"):
+            hw = getattr(self, key)
+            if hw is not None and hw[0] * hw[1] > MAX_PIXELS:
+                raise _invalid(f"{key} = {hw} is {hw[0] * hw[1]} pixels; at most {MAX_PIXELS} "
+                               f"(4096 x 4096) reach the model")
         return self
 
 
@@ -199,7 +212,7 @@ class PostprocessSection(Strict):
     output: int = Field(0, ge=0, le=63)             # topk, ctc_greedy: the output read
     k: int = Field(5, ge=1, le=1000)                # topk
     softmax: bool = True                            # topk: scores as probabilities
-    blank: Optional[int] = Field(None, ge=0)        # ctc_greedy (default: [task] blank)
+    blank: Optional[int] = Field(None, ge=0, lt=MAX_CLASSES)   # ctc_greedy (default: [task] blank)
     time_axis: Optional[Literal[0, 1]] = None       # ctc_greedy (default: [task] time_axis)
     boxes: int = Field(0, ge=0, le=63)              # nms: the output holding boxes [N, A, 4]
     scores: int = Field(1, ge=0, le=63)             # nms: the output holding scores [N, C, A]

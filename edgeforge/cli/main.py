@@ -20,6 +20,7 @@ import threading
 import traceback
 
 from ..errors import EdgeforgeError, ExitCode, Stopped, signal_name
+from ..stop_signals import keep_handlers
 from . import _help, bench, build, deploy, devices, doctor, init, load, profile, report, toolchain
 from ._common import Parser
 from ._project import resolve_args
@@ -74,6 +75,7 @@ def stop_signals_raise() -> dict:
         sig = getattr(signal, name, None)
         if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
             old[sig] = signal.signal(sig, _raise_stopped)
+    keep_handlers()             # ... after `import paddle` too (edgeforge.stop_signals)
     return old
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -84,6 +85,21 @@ class LabView:
     devices: list[tuple[LabRef, dict]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: DeviceError | None = None
+    skipped: dict[str, str] = field(default_factory=dict)     # place -> why it is no device
+
+    def skip(self, place: str, why: str) -> None:
+        """A place edgeforge cannot use (a name that is no device name, tags with markup...):
+        one warning on stderr naming it (once per process), and a note for ``devices``."""
+        self.skipped[place] = why
+        line = f"labgrid place {place!r} at {self.coordinator} skipped: {why}"
+        self.notes.append(line)
+        if line not in _WARNED:
+            _WARNED.add(line)
+            print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+_WARNED: set[str] = set()
+DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")      # inventory.NAME_PATTERN
 
 
 def coordinator_address(table: LabTable, source: str) -> str:
@@ -134,12 +150,20 @@ def read_lab(data: dict, source: str) -> LabView:
     for place in sorted(view.places, key=lambda p: p.name):
         if not tagged(place.tags, table.where):
             continue
+        bad = unusable(place)
+        if bad:
+            view.skip(place.name, bad)
+            continue
         ns = network_service(place, resources)
         if ns is None:
             view.notes.append(f"place {place.name}: no NetworkService resource, not a device")
             continue
         fields = merged(table, place, source)
         missing = [k for k in ("target", "workdir") if not fields.get(k)]
+        if missing and not fields:          # nothing of this devices.toml applies: someone else's board
+            view.notes.append(f"place {place.name}: no [labgrid.defaults] for its tag values and no "
+                              f"[labgrid.places.{place.name}], not a device")
+            continue
         if missing:
             raise ConfigError(f"{source}: labgrid place {place.name} has no {' or '.join(missing)}",
                               hint=f"set it in [labgrid.places.{place.name}] or [labgrid.defaults.TAG] "
@@ -151,6 +175,16 @@ def read_lab(data: dict, source: str) -> LabView:
         view.devices.append((LabRef(coordinator=view.coordinator, place=place.name, tags=dict(place.tags)),
                              fields))
     return view
+
+
+def unusable(place: PlaceInfo) -> str | None:
+    """Why a place cannot be a device (its name or its tags), or None."""
+    if not DEVICE_NAME.match(place.name) or len(place.name) > 128:
+        return "its name is not a device name (letters, digits, '_', '.' and '-', starting with a letter or a digit)"
+    bad = [f"{k}={v}" for k, v in place.tags.items() if not (TAG.match(k) and TAG.match(v))]
+    if bad:
+        return f"tag {bad[0][:60]!r} is not a labgrid tag (letters, digits, _ . : -)"
+    return None
 
 
 def merged(table: LabTable, place: PlaceInfo, source: str) -> dict:

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..errors import Busy, DeviceError, EdgeforgeError, signals_held
+from ..errors import Busy, DeviceError, EdgeforgeError
+from ..stop_signals import signals_held
 from .client import LabClient, LabRefused
 from .parse import PlaceInfo, queue_position
 

@@ -240,7 +240,7 @@ class VerifyPass(Pass):
                                   if k in task}, **(self.cut_nms or resolve(self.config.postprocess, self.config.task))},
                "labels": list(task.get("label_names") or []),
                "precision": precision}
-        (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
     cut_nms: dict | None = None     # the NMS convert moved out of the graph ([backend.onnx] nms)
 

@@ -46,6 +46,36 @@ def check(post: dict, kind: str) -> str | None:
     return None
 
 
+def against_outputs(spec, shapes: list) -> str | None:
+    """Why the project's ``[postprocess]`` (or ``[task] kind = "ctc"``'s blank) cannot read the
+    model's outputs (``shapes``: export's probe, one shape per output), or None: found right
+    after export, before quantize (exit 2 naming the key)."""
+    task = spec.task.model_dump() if spec.task is not None else None
+    post = spec.postprocess.model_dump() if spec.postprocess is not None else None
+    if post is None and (task or {}).get("kind") != "ctc":
+        return None
+    op = resolve(post, task)
+    n = len(shapes)
+    keys = {"topk": ("output",), "ctc_greedy": ("output",), "nms": ("boxes", "scores"),
+            "matrix_nms": ("boxes", "scores")}.get(op["op"], ())
+    for key in keys:
+        if op.get(key, 0) >= n:
+            return (f"[postprocess] {key} = {op[key]}, but the model has {n} output(s) "
+                    f"(0..{n - 1})")
+    if op["op"] == "ctc_greedy":
+        shape = shapes[op.get("output", 0)]
+        classes = shape[-1] if len(shape) == 3 else None
+        if isinstance(classes, int) and classes > 0 and op["blank"] >= classes:
+            where = "[postprocess] blank" if (post or {}).get("blank") is not None else "[task] blank"
+            return (f"{where} = {op['blank']}, but output {op.get('output', 0)} {list(shape)} has "
+                    f"{classes} classes (0..{classes - 1})")
+    if op["op"] in ("nms", "matrix_nms"):
+        box = shapes[op["boxes"]]
+        if len(box) != 3 or box[-1] not in (4, -1, None):
+            return f"[postprocess] boxes = {op['boxes']}: output {op['boxes']} is {list(box)}, not boxes [N, A, 4]"
+    return None
+
+
 def answer_figures(task: Task, answers: dict, reference: dict, labels: dict | None) -> dict:
     """The task's figures from answers (``runner.postprocess``'s dicts): against ``labels`` when
     there are any, else against ``reference`` (the float model's answers)."""

@@ -13,6 +13,19 @@ from edgeforge.targets import load_target
 from helpers import copy_project, run_cli
 
 
+# What ships and what the fine-tune simulated differ by rounding flips only: a float sum that
+# lands on the other side of a quantization boundary, which the CPU's summation order decides
+# (TOOLCHAIN 15), moves that tensor by one INT8 step. At the output one step is 1/127 of its
+# range; a flip one layer up adds at most about one more per hop. Measured: exactly one step
+# (rel 0.007874) and cosine 0.99998 on AVX-512 VNNI, with MKL/oneDNN held to AVX2 too; cosine
+# 0.99982 on an AVX2-only EPYC. Another arithmetic (a wrong scale, a lost QDQ pair, VPMADDUBSW
+# saturation: cosine 0.9831 on digits, differences of 1.47) is tens of steps and a cosine gap
+# over 1e-2: the bounds sit between the two classes, on no one CPU's figure.
+INT8_STEP = 1 / 127
+SIMULATION_STEPS = 4
+SIMULATION_COSINE_GAP = 1e-3
+
+
 def _with_qat(proj, **settings):
     text = (proj / "edgeforge.toml").read_text()
     lines = "".join(f"{k} = {v}\n" for k, v in settings.items())
@@ -40,7 +53,9 @@ def test_qat_build_ships_every_layer_int8_within_the_budget(qat_project, tmp_pat
     assert lr["skipped"] == 0 and lr["mapped"] == lr["ranges"] == len(q["ranges"]) > 0, lr
     assert q["config"]["engine"].startswith("edgeforge fake quant") and q["augment"].startswith("mixup")
     # and what ships computes what the fine-tune simulated (exact QDQ arithmetic, same inputs)
-    assert q["simulation"]["inputs"] == 16 and q["simulation"]["cosine"] > 0.9999, q["simulation"]
+    sim = q["simulation"]
+    assert sim["inputs"] == 16 and sim["rel_max_abs_error"] <= SIMULATION_STEPS * INT8_STEP + 1e-6, sim
+    assert sim["cosine"] >= 1 - SIMULATION_COSINE_GAP, sim
     assert q["measured"]["accuracy_drop"] <= 1.0 and q["fused_conv_bn"] == 3
     # the float model's own loss to its input's INT8 rounding: the floor under every layer INT8
     ir = q["input_rounding"]

@@ -143,7 +143,11 @@ def load_inventory(explicit: str | os.PathLike | None = None) -> Inventory:
             if ref.place in devices:
                 raise ConfigError(f"{path}: labgrid place {ref.place} has the name of [devices.{ref.place}]",
                                   hint="rename the static device, or leave the place out with [labgrid] where")
-            dev = parse_model(Device, {"name": ref.place, **fields, "lab": ref}, f"{path} labgrid place {ref.place}")
+            try:
+                dev = parse_model(Device, {"name": ref.place, **fields, "lab": ref}, f"labgrid place {ref.place}")
+            except ConfigError as exc:      # another user's place (its address, its tags): not ours to fix
+                lab.skip(ref.place, exc.message.removeprefix(f"labgrid place {ref.place}: "))
+                continue
             devices[ref.place] = _with_local_paths(dev, base)
     return Inventory(path, devices, lab)
 
@@ -171,7 +175,10 @@ def select_devices(inv: Inventory, selector: str) -> list[Device]:
     items = [s.strip() for s in str(selector).split(",") if s.strip()]
     if not items:
         raise ConfigError("--devices needs a tag, a device name or 'all'")
+    lab_down = inv.lab.error if inv.lab is not None else None
     if "all" in items:
+        if not inv.devices and lab_down is not None:
+            raise lab_down
         if not inv.devices:
             raise ConfigError(f"no devices in {inv.path}")
         return [inv.devices[n] for n in inv.names()]
@@ -179,6 +186,8 @@ def select_devices(inv: Inventory, selector: str) -> list[Device]:
     chosen: set[str] = set()
     for item in items:
         hit = {n for n, d in inv.devices.items() if n == item or item in d.tags}
+        if not hit and lab_down is not None:
+            raise lab_down              # it may well be a place or a tag of the lab we could not read
         if not hit:
             raise ConfigError(f"no device named or tagged '{item}' in {inv.path}"
                               f"{did_you_mean(item, list(inv.devices) + tags)}",

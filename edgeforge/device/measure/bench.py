@@ -31,7 +31,8 @@ from ...options import BenchOptions
 from ...results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ...results.stats import summarize
 from ...task.drift import drift_task, wants_outputs
-from ..link.interrupt import StopOnSignal, interrupted, stop_runner
+from ...stop_signals import signals_held_once
+from ..link.interrupt import StopOnSignal, interrupted, signal_label, stop_runner
 from ..link.inventory import Device, load_inventory
 from ..link.lease import Lease, iso
 from ..link.settings import (
@@ -339,6 +340,16 @@ class Bench:
         digests = self.local_digests(files)
         self.timing["started_at"] = iso(time.time())
         self.on_step("connect", f"{self.device.name} ({self.device.address})")
+        # once the runner has measured, a stop signal waits for the lease's release and the
+        # result's write, then exits 130 (during the run, StopOnSignal stops the runner)
+        with signals_held_once(self.measured) as held:
+            outcome = self._run_session(files, digests)
+        if held:
+            raise Interrupted(f"{self.command} on {self.device.name} interrupted ({signal_label(held[0])}) "
+                              f"{self.progress()}", hint=f"the run had finished: its result is in {outcome.path}")
+        return outcome
+
+    def _run_session(self, files: dict[str, Path], digests: dict[str, str]) -> BenchOutcome:
         ses = self.session()
         try:
             with ses:

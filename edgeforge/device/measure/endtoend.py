@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ...runner.edgeforge_runner import E2E_MAX_IMAGES, E2E_MAX_RUNS
+from .pipelinecheck import check_images, check_pipeline
 
 NEEDS = "build a project with [preprocess] (its images travel with the build)"
 
@@ -25,6 +26,7 @@ def pipeline_of(build_dir: Path) -> dict:
         raise ConfigError(f"bench --end-to-end: {build_dir} has no readable pipeline.json", hint=NEEDS) from None
     if not isinstance(doc, dict) or not doc.get("preprocess"):
         raise ConfigError(f"bench --end-to-end: {path} declares no pre-processing", hint=NEEDS)
+    check_pipeline(path, doc)           # what the runner cannot use fails here, not on the device
     return doc
 
 
@@ -38,6 +40,7 @@ def e2e_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
     if missing:
         raise ConfigError(f"bench --end-to-end: {build_dir}: {missing[0]} is missing",
                           hint="rebuild with `edgeforge build`")
+    check_images(files, pipeline_of(build_dir)["preprocess"], Path(build_dir))
     return files
 
 

@@ -124,8 +124,9 @@ def plan(build_dirs, selector: str | None, inventory=None, where: dict | None = 
     devices = select_where(inv, where) if where else select_devices(inv, selector)
     if where:
         selector = "--where " + " ".join(f"{k}={v}" for k, v in where.items())
+    lab_run = _lab_down(inv, selector) if not where else None
     for p, m in builds:
-        if not any(d.target == m["target"] for d in devices):
+        if lab_run is None and not any(d.target == m["target"] for d in devices):
             have = ", ".join(sorted({d.target for d in devices}))
             raise ConfigError(f"no selected device is a {m['target']}, the target of {p}",
                               hint=f"the devices selected by '{selector}' are: {have}")
@@ -136,7 +137,20 @@ def plan(build_dirs, selector: str | None, inventory=None, where: dict | None = 
         if not jobs:
             run.status, run.note = "idle", f"no build for its target {d.target}"
         runs.append(run)
-    return inv, runs
+    return inv, runs + ([lab_run] if lab_run is not None else [])
+
+
+def _lab_down(inv, selector: str | None) -> DeviceRun | None:
+    """``--devices all`` with a ``[labgrid]`` coordinator that does not answer: the lab's devices
+    are unknown, so they fail together as one entry naming the coordinator (exit 4), beside the
+    static devices that run (docs/lab.md). None otherwise (a named item of the lab that is not
+    found raises the lab's error in :func:`select_devices`)."""
+    lab = inv.lab
+    if lab is None or lab.error is None or "all" not in [s.strip() for s in str(selector or "").split(",")]:
+        return None
+    stand_in = Device.model_construct(name="labgrid", host=lab.coordinator, target="(the lab's)",
+                                      workdir="/", tags=[], port=None, user=None)
+    return DeviceRun(stand_in, status="failed", error=_message(lab.error), hint=lab.error.hint)
 
 
 def fleet_bench(build_dirs, devices: str, opts: BenchOptions | None = None, *,
