@@ -94,6 +94,28 @@ def factory_inputs(root: str, factory: str) -> dict:
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
 
 
+def check_factory(factory: str, root: Path) -> None:
+    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
+        raise ConfigError(f"--factory {factory!r}: write it as module:Class (importable from {root})")
+
+
+def declared_inputs(root: Path, factory: str, verb: str) -> list[dict]:
+    """The inputs ``factory``'s forward declares (InputSpecs), read in a child process; none
+    declared is a ConfigError asking for ``--input``."""
+    from .native import run_native
+
+    with tempfile.TemporaryDirectory(prefix=f"edgeforge-{verb}-") as tmp:
+        got = run_native(verb, f"factory '{factory}'", factory_inputs, (str(root.resolve()), factory),
+                         Path(tmp) / "factory.log", timeout=600)
+    if "error" in got:
+        raise ConfigError(f"--factory {factory}: {got['error']}",
+                          hint=f"{verb} imports it from DIR: check the module and the class")
+    if not got["ok"]:
+        raise ConfigError(f"{factory}'s forward declares no InputSpec: give its inputs",
+                          hint="--input name:shape:dtype per input, e.g. --input x:-1,3,224,224:float32")
+    return got["ok"]
+
+
 def _rel(path: Path, root: Path) -> str:
     path = path.resolve()
     try:
@@ -125,7 +147,6 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
                  name: str | None = None, target: str = "linux-x86") -> InitResult:
     """Write DIR/edgeforge.toml (and, with ``data``, DIR/data/*.npz). See the module doc."""
     from .inference import run_read
-    from .native import run_native
 
     from_inference, factory, weights, inputs = source.from_inference, source.factory, source.weights, source.inputs
 
@@ -154,21 +175,8 @@ def init_project(directory: str | Path, source: ModelSource, data: DataSource | 
         res.inputs = agree(program, given, "--input") if given else program
         model = [f'inference = "{_rel(prefix, root)}"   # an exported prefix.pdmodel or .json + prefix.pdiparams']
     else:
-        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
-            raise ConfigError(f"--factory {factory!r}: write it as module:Class (importable from {root})")
-        found: list[dict] = []
-        if not given:
-            with tempfile.TemporaryDirectory(prefix="edgeforge-init-") as tmp:
-                got = run_native("init", f"factory '{factory}'", factory_inputs, (str(root.resolve()), factory),
-                                 Path(tmp) / "factory.log", timeout=600)
-            if "error" in got:
-                raise ConfigError(f"--factory {factory}: {got['error']}",
-                                  hint="init imports it from DIR: check the module and the class")
-            found = got["ok"]
-        if not given and not found:
-            raise ConfigError(f"{factory}'s forward declares no InputSpec: give its inputs",
-                              hint="--input name:shape:dtype per input, e.g. --input x:-1,3,224,224:float32")
-        res.inputs = given or found
+        check_factory(factory, root)
+        res.inputs = given or declared_inputs(root, factory, "init")
         model = [f'factory = "{factory}"   # module:callable returning a paddle.nn.Layer']
         if weights is not None:
             w = Path(weights).expanduser()
