@@ -288,7 +288,7 @@ def lite_refusal(project, target=None) -> ConfigError:
     if target is None or "onnx" in target.backends():
         ways.append(f"build it through ONNX: edgeforge build {where}--target {name} --backend onnx")
     ways.append("for Paddle Lite, write the legacy program from the model's code: edgeforge export "
-                "--factory MODULE:CLASS --weights W.pdparams --out legacy, then [model] inference = "
+                "--factory MODULE:CLASS --weights W.pdparams --legacy --out legacy, then [model] inference = "
                 "\"legacy/inference\"")
     return ConfigError(f"[model] inference = {project.spec.model.inference}: {model.name} is a PIR program; "
                        "Paddle Lite reads only legacy programs (.pdmodel), and Paddle 3.3 cannot translate "
