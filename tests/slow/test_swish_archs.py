@@ -5,11 +5,17 @@ edgeforge.quant.degenerate). Trained briefly on sklearn's digits at 32x32 (bench
 the zoo builds them; about two minutes an architecture on 2 cores."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from edgeforge import api
 
 pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:          # benchmarks/ is not a package on the test path
+    sys.path.insert(0, str(REPO))
 
 
 @pytest.mark.parametrize("arch", ["mobilenet_v3_small", "shufflenet_v2_swish"])
