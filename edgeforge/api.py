@@ -427,6 +427,7 @@ def check(project_dir: str | Path, target: str, *, backend: str | None = None) -
     from .passes.export import ExportPass
     from .passes.base import PassContext
 
+    from .paddle_env import is_pir
     from .passes.export import pick_backend, routes_for
 
     project = load_project(project_dir)
@@ -439,6 +440,10 @@ def check(project_dir: str | Path, target: str, *, backend: str | None = None) -
         ctx = PassContext(project=project, target=profile, backend=backend,
                           precision=profile.precision_for(backend), workdir=Path(work))
         exported, _ = Pipeline([ExportPass()], Cache()).run(project_artifact(project), ctx)
+        if is_pir(exported.path):
+            raise ConfigError(f"check reads legacy programs; {project.spec.model.inference} is a PIR program "
+                              "(.json), which has no pre-flight", hint=f"build it: edgeforge build --target "
+                              f"{profile.name} converts it with paddle2onnx and names any op it cannot take")
         legal = Path(work) / "legal"
         legal.mkdir()
         rewrites = legalize.legalize_model(exported.path, legal, backend, vt)

@@ -118,6 +118,8 @@ def test_a_pir_program_for_lite_is_refused_naming_what_works(exported_pir, digit
         assert "edgeforge export --factory MODULE:CLASS" in errors[0] and "Traceback" not in res.stderr
         assert ("edgeforge build --target rpi4 --backend onnx" in errors[0]) is onnx_way, errors[0]
     assert not (tmp_path / "o").exists()
+    check = run_cli("check", "--target", "rpi4", cwd=root)         # the pre-flight reads legacy programs
+    assert check.returncode == 2 and "is a PIR program (.json), which has no pre-flight" in check.stderr, check.stderr
 
 
 def test_factory_and_inference_together_is_a_config_error(exported, digits_project, tmp_path):
