@@ -369,7 +369,6 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     written whole or not at all.
     """
     from .passes.base import PADDLE_FLOAT, PassContext
-
     from .passes.export import pick_backend
 
     project = load_project(project_dir)
@@ -424,11 +423,9 @@ __all__ = ["build", "BuildOptions", "BuildResult", "read_manifest", "plan_passes
 def check(project_dir: str | Path, target: str, *, backend: str | None = None) -> dict:
     """Pre-flight: export (cached), legalize, and list the ops the target cannot take."""
     from .passes import legalize
-    from .passes.export import ExportPass
-    from .passes.base import PassContext
-
     from .paddle_env import is_pir
-    from .passes.export import pick_backend, routes_for
+    from .passes.base import PassContext
+    from .passes.export import ExportPass, pick_backend, routes_for
 
     project = load_project(project_dir)
     profile = load_target(target)

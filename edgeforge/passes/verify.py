@@ -44,7 +44,7 @@ class VerifyConfig(PassConfig):
 @register
 class VerifyPass(Pass):
     name = "verify"
-    version = 3
+    version = 4
     consumes = frozenset({LITE_NB, ONNX})
     produces = VERIFIED
     Config = VerifyConfig
