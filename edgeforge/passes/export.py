@@ -273,8 +273,7 @@ def pick_backend(project, target, backend: str | None = None) -> tuple[str, str 
     model = pir_program(project)
     if model is None:
         return chosen, None
-    return "onnx", (f"backend: onnx, not {target.name}'s default lite: {model.name} is a PIR program, which "
-                    "paddle2onnx reads and Paddle Lite does not (--backend lite: docs/export.md)")
+    return "onnx", f"backend: onnx, not lite: {model.name} is PIR, Paddle Lite reads only .pdmodel"
 
 
 def lite_refusal(project, target=None) -> ConfigError:
