@@ -101,7 +101,7 @@ def test_a_pir_program_goes_to_the_onnx_backend_of_a_lite_target(exported_pir, d
     res = run_cli("build", "--target", family, "--out", str(tmp_path / "out"), "-q", cwd=root)
     assert res.returncode == 0, res.stderr
     lines = res.stderr.splitlines()
-    assert lines[1].startswith("backend: onnx, not ") and "inference.json is a PIR program" in lines[1], lines
+    assert lines[1].startswith("backend: onnx, not ") and "inference.json is PIR" in lines[1], lines
     assert "Traceback" not in res.stderr and "onnxruntime" not in "\n".join(lines[2:]), res.stderr
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert (m["backend"], m["export"]["route"], m["verify"]["status"]) == ("onnx", "pir", "passed"), m["verify"]
