@@ -86,7 +86,7 @@ def plan_passes(project: Project, build: ResolvedBuild, route: str | None = None
     # prune saves a legacy program (prune_tune), and fold was checked on legacy programs only:
     # the export takes that route for both
     passes = [ExportPass(ExportPass.Config(route=route or ("legacy" if prune is not None or project.fold is not None
-                                                          else routes_for(project, backend)[0])))]
+                                                          else routes_for(project, backend, target)[0])))]
     if prune is not None:
         if project.fold is not None:
             raise ConfigError("--prune rebuilds the factory's layer, and [preprocess] fold = true exports it "
@@ -315,7 +315,7 @@ def _run_routes(project: Project, plan: ResolvedBuild, cache, source, ctx, emit:
     from .passes.base import PADDLE_FLOAT
     from .passes.export import routes_for
 
-    routes = routes_for(project, plan.backend)
+    routes = routes_for(project, plan.backend, plan.target)
     fallback = None
     for i, route in enumerate(routes):
         ctx.history.clear()
@@ -389,9 +389,12 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     written whole or not at all.
     """
     from .passes.base import PADDLE_FLOAT, PassContext
+    from .passes.export import pick_backend
 
     project = load_project(project_dir)
-    plan = BuildOptions.of(options, **overrides).resolve(load_target(target))
+    opts, profile = BuildOptions.of(options, **overrides), load_target(target)
+    backend, backend_reason = pick_backend(project, profile, opts.backend)   # a PIR program: onnx
+    plan = (BuildOptions.of(opts, backend=backend) if backend_reason else opts).resolve(profile)
     profile, backend, precision = plan.target, plan.backend, plan.precision
     # Check the data before spending minutes on export.
     data = {which: project.load_data(which) for which in ("calibration", "evaluation")}
@@ -423,6 +426,8 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
             final, steps, fallback = _run_routes(project, plan, cache, source, ctx,
                                                  _after_export(project, labels, ctx, on_event))
             manifest = build_manifest(project, plan, final, steps, toolchain_versions())
+            if backend_reason:
+                manifest["backend_reason"] = backend_reason
             exported = ctx.history.get(PADDLE_FLOAT)
             manifest["export"] = exported.meta.get("export") if exported is not None else None
             if fallback and manifest["export"] is not None:
@@ -438,18 +443,24 @@ __all__ = ["build", "BuildOptions", "BuildResult", "read_manifest", "plan_passes
 def check(project_dir: str | Path, target: str, *, backend: str | None = None) -> dict:
     """Pre-flight: export (cached), legalize, and list the ops the target cannot take."""
     from .passes import legalize
-    from .passes.export import ExportPass
+    from .paddle_env import is_pir
     from .passes.base import PassContext
+    from .passes.export import ExportPass, pick_backend, routes_for
 
     project = load_project(project_dir)
     profile = load_target(target)
-    backend = backend or profile.backend.default
+    backend = pick_backend(project, profile, backend)[0]
+    routes_for(project, backend, profile)          # a PIR program for Lite: refused, naming what works
     bcfg = profile.backend_config(backend)
     vt = list(getattr(bcfg, "valid_targets", []))
     with tempfile.TemporaryDirectory(prefix="edgeforge-check-") as work:
         ctx = PassContext(project=project, target=profile, backend=backend,
                           precision=profile.precision_for(backend), workdir=Path(work))
         exported, _ = Pipeline([ExportPass()], Cache()).run(project_artifact(project), ctx)
+        if is_pir(exported.path):
+            raise ConfigError(f"check reads legacy programs; {project.spec.model.inference} is a PIR program "
+                              "(.json), which has no pre-flight", hint=f"build it: edgeforge build --target "
+                              f"{profile.name} converts it with paddle2onnx and names any op it cannot take")
         legal = Path(work) / "legal"
         legal.mkdir()
         rewrites = legalize.legalize_model(exported.path, legal, backend, vt)

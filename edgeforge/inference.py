@@ -7,9 +7,10 @@ not edgeforge) for its inputs (names, dtypes, shapes: ``[[model.inputs]]`` may n
 must agree) and, in the export pass, probed and copied as the float program.
 
 A PIR program (``prefix.json`` + ``prefix.pdiparams``, Paddle 3's default export) is read the
-same way under Paddle's ``IrGuard`` and goes to the ONNX targets (paddle2onnx 2.1 reads it); for
-Paddle Lite, which reads only the legacy ProgramDesc, the export pass refuses it in one line with
-the re-export that works (docs/export.md). When both files are there, the legacy one is used.
+same way under Paddle's ``IrGuard`` and goes to the ONNX backends (paddle2onnx 2.1 reads it; a
+target whose default is Lite but offers ONNX builds it there, :func:`edgeforge.passes.export.pick_backend`);
+for Paddle Lite, which reads only the legacy ProgramDesc, it is refused in one line naming what
+works (docs/export.md). When both files are there, the legacy one is used.
 """
 from __future__ import annotations
 
@@ -18,9 +19,6 @@ from pathlib import Path
 
 from .errors import ConfigError, PassError
 
-REEXPORT = ("re-export it as a legacy program for Paddle Lite: FLAGS_enable_pir_api=0 python tools/export_model.py ... "
-            "(PaddleClas/PaddleDetection/PaddleOCR), or set FLAGS_enable_pir_api=0 before `import paddle` "
-            "and paddle.jit.save(layer, prefix, input_spec=[...]); it writes prefix.pdmodel")
 _READ_TIMEOUT_S = 600
 RANGES = ("min_shape", "opt_shape", "max_shape")      # a free dimension's range (project.InputSpec)
 

@@ -141,10 +141,32 @@ def _child_log(name: str) -> Iterator[Path]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_factory(factory: str, root: Path) -> None:
+    """``factory`` is written module:Class (ConfigError otherwise)."""
+    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
+        raise ConfigError(f"--factory {one_line(repr(factory))}: write it as module:Class (importable from {root})")
+
+
+def declared_inputs(root: Path, factory: str, verb: str) -> list[dict]:
+    """The inputs ``factory``'s forward declares (InputSpecs), read in a child process; none
+    declared is a ConfigError asking for ``--input``. A failure's log is kept where a line names it."""
+    from .native import run_native
+
+    with _child_log("factory.log") as log:
+        got = run_native(verb, f"factory '{factory}'", factory_inputs, (str(root.resolve()), factory),
+                         log, timeout=600, hint=f"{verb} imports it from DIR in a child process: see {log}")
+        if "error" in got:
+            raise ConfigError(f"--factory {factory}: {one_line(got['error'])}",
+                              hint=f"{verb} imports it from DIR: check the module and the class")
+    if not got["ok"]:
+        raise ConfigError(f"{factory}'s forward declares no InputSpec: give its inputs",
+                          hint="--input name:shape:dtype per input, e.g. --input x:-1,3,224,224:float32")
+    return got["ok"]
+
+
 def _model_inputs(root: Path, source: ModelSource, given: list[dict], res: InitResult) -> tuple[dict, dict, bool]:
     """The [model] keys, their comments, and whether the inputs are declared; ``res.inputs`` set."""
     from .inference import run_read
-    from .native import run_native
 
     if source.from_inference is not None:
         prefix = Path(source.from_inference).expanduser().resolve()
@@ -157,21 +179,8 @@ def _model_inputs(root: Path, source: ModelSource, given: list[dict], res: InitR
                 {"model.inference": "an exported prefix.pdmodel or .json + prefix.pdiparams"},
                 bool(given) or any(_unranged(s) for s in res.inputs))   # declared: the ranges go there
     factory = source.factory
-    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
-        raise ConfigError(f"--factory {one_line(repr(factory))}: write it as module:Class (importable from {root})")
-    found: list[dict] = []
-    if not given:
-        with _child_log("factory.log") as log:
-            got = run_native("init", f"factory '{factory}'", factory_inputs, (str(root.resolve()), factory),
-                             log, timeout=600, hint=f"init imports it from DIR in a child process: see {log}")
-        if "error" in got:
-            raise ConfigError(f"--factory {factory}: {one_line(got['error'])}",
-                              hint="init imports it from DIR: check the module and the class")
-        found = got["ok"]
-    if not given and not found:
-        raise ConfigError(f"{factory}'s forward declares no InputSpec: give its inputs",
-                          hint="--input name:shape:dtype per input, e.g. --input x:-1,3,224,224:float32")
-    res.inputs = given or found
+    check_factory(factory, root)
+    res.inputs = given or declared_inputs(root, factory, "init")
     keys, comments = {"factory": factory}, {"model.factory": "module:callable returning a paddle.nn.Layer"}
     if source.weights is not None:
         w = Path(source.weights).expanduser()

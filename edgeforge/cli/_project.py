@@ -3,7 +3,8 @@
 ``project`` is optional: without it the verb uses the current directory or the nearest parent
 holding an edgeforge.toml (like git and cargo), and says which when it is not ``.``.
 ``--target`` may name a family (jetson, rpi, android, linux): the family's default profile is
-built, and one line says which and what else the family holds.
+built, and one line says which and what else the family holds. A PIR program on a target whose
+default backend is Paddle Lite and which offers ONNX is built through ONNX, and one line says so.
 """
 from __future__ import annotations
 
@@ -35,3 +36,23 @@ def resolve_args(args) -> None:
         args.target, note = resolve_target(target)
         if note:
             print(note, file=sys.stderr)
+        _backend_note(args)
+
+
+def _backend_note(args) -> None:
+    """One line when edgeforge picks the backend for the input (a PIR program on a Lite target
+    that offers ONNX: ``passes.export.pick_backend``); the build itself makes the same choice."""
+    from ..errors import EdgeforgeError
+
+    if getattr(args, "backend", "") is not None or not getattr(args, "project", None):
+        return
+    try:
+        from ..passes.export import pick_backend
+        from ..project import load_project
+        from ..targets import load_target
+
+        note = pick_backend(load_project(args.project), load_target(args.target))[1]
+    except EdgeforgeError:
+        return                  # the verb reports a bad project or target itself, in one line
+    if note:
+        print(note, file=sys.stderr)

@@ -1,4 +1,5 @@
-"""The ``init`` verb: write a working edgeforge.toml (edgeforge.init does the work)."""
+"""The ``init`` verb: write a working edgeforge.toml (edgeforge.init does the work); ``export``: a
+factory's program as files (edgeforge.export_program)."""
 from __future__ import annotations
 
 from ..errors import ExitCode
@@ -44,6 +45,24 @@ def register(sub) -> None:
     p.add_argument("--target", default="linux-x86", help="the target of the next-steps command")
     p.set_defaults(func=cmd_init)
 
+    e = sub.add_parser("export", help="write a factory's inference program (legacy .pdmodel for Paddle "
+                                      "Lite, or PIR .json) with edgeforge's export")
+    e.add_argument("dir", nargs="?", default=".", metavar="DIR",
+                   help="the directory the factory is imported from (default: the current one)")
+    e.add_argument("--factory", required=True, metavar="MODULE:CLASS",
+                   help="a factory importable from DIR that returns a paddle.nn.Layer")
+    e.add_argument("--weights", metavar="F", help="its trained parameters (.pdparams)")
+    e.add_argument("--input", action="append", default=[], metavar="NAME:SHAPE:DTYPE",
+                   help="an input, e.g. x:-1,3,224,224:float32 (default: the forward's InputSpecs)")
+    fmt = e.add_mutually_exclusive_group()
+    fmt.add_argument("--legacy", dest="fmt", action="store_const", const="legacy",
+                     help="the legacy ProgramDesc (inference.pdmodel): Paddle Lite reads only this (default)")
+    fmt.add_argument("--pir", dest="fmt", action="store_const", const="pir",
+                     help="Paddle 3's PIR program (inference.json), for the ONNX targets")
+    e.add_argument("--out", required=True, metavar="OUT",
+                   help="a new or empty directory: OUT/inference.pdmodel + OUT/inference.pdiparams")
+    e.set_defaults(func=cmd_export, fmt="legacy")
+
 
 def cmd_init(args) -> int:
     from ..errors import ConfigError
@@ -75,5 +94,22 @@ def cmd_init(args) -> int:
         print(note)
     for m in res.missing:
         print(f"missing: {m}")
+    print(f"next: {res.next_step}")
+    return ExitCode.OK
+
+
+def cmd_export(args) -> int:
+    from ..export_program import export_program
+
+    res = export_program(args.dir, args.factory, args.out, weights=args.weights, inputs=args.input, fmt=args.fmt)
+    for path in res.files:
+        print(f"wrote {path}")
+    for s in res.inputs:
+        print(f"input {s['name']}: {s['shape']} {s['dtype']}")
+    used = (res.record.get("legacy_api_patch") or {}).get("used") or {}
+    print(f"program: {res.record.get('program')}"
+          + (f"; Paddle 3.3 APIs written as legacy ops: {', '.join(sorted(used))}" if used else ""))
+    if res.record.get("route_note"):
+        print(f"note: {res.record['route_note']}")
     print(f"next: {res.next_step}")
     return ExitCode.OK

@@ -251,19 +251,58 @@ class ExportPass(Pass):
         return result["ok"]
 
 
-def routes_for(project, backend: str) -> tuple[str, ...]:
+def pir_program(project) -> Path | None:
+    """The PIR program (``prefix.json``) of an exported inference model, or None (a legacy
+    program, or a factory: edgeforge exports that itself, in either format)."""
+    if project.inference is None:
+        return None
+    from ..inference import program_files
+
+    model = program_files(project.inference)[0]
+    return model if model.suffix == ".json" else None
+
+
+def pick_backend(project, target, backend: str | None = None) -> tuple[str, str | None]:
+    """The backend a build of ``project`` for ``target`` uses, and the one line saying why when
+    edgeforge chose it for the input: a PIR program goes to the target's ONNX backend when its
+    default is Paddle Lite (which reads only legacy programs) and it offers ONNX (rpi4, rpi5,
+    android-arm64). A backend asked for is kept (a PIR program for Lite is refused later)."""
+    chosen = backend or target.backend.default
+    if backend is not None or chosen != "lite" or "onnx" not in target.backends():
+        return chosen, None
+    model = pir_program(project)
+    if model is None:
+        return chosen, None
+    return "onnx", f"backend: onnx, not lite: {model.name} is PIR, Paddle Lite reads only .pdmodel"
+
+
+def lite_refusal(project, target=None) -> ConfigError:
+    """A PIR program for Paddle Lite: one line naming the command that works for this model."""
+    import os
+
+    model = pir_program(project)
+    where = "" if project.root.resolve() == Path.cwd().resolve() else f"{os.path.relpath(project.root)} "
+    name = target.name if target is not None else "TARGET"
+    ways = []
+    if target is None or "onnx" in target.backends():
+        ways.append(f"build it through ONNX: edgeforge build {where}--target {name} --backend onnx")
+    ways.append("for Paddle Lite, write the legacy program from the model's code: edgeforge export "
+                "--factory MODULE:CLASS --weights W.pdparams --legacy --out legacy, then [model] inference = "
+                "\"legacy/inference\"")
+    return ConfigError(f"[model] inference = {project.spec.model.inference}: {model.name} is a PIR program; "
+                       "Paddle Lite reads only legacy programs (.pdmodel), and Paddle 3.3 cannot translate "
+                       "one (docs/export.md)", hint="; or ".join(ways))
+
+
+def routes_for(project, backend: str, target=None) -> tuple[str, ...]:
     """The program routes to try, in order: ONNX reads PIR through paddle2onnx >= 2 (the legacy
     program is the fallback), Paddle Lite only the legacy program; an exported inference model
     has the route of its own file: a PIR one for Paddle Lite (it reads only the legacy
-    ProgramDesc) is refused here, before anything runs, with the re-export that works."""
+    ProgramDesc) is refused here, before anything runs, naming what works (:func:`lite_refusal`)."""
     if project.inference is not None:
-        from ..inference import REEXPORT, program_files
-
-        model = program_files(project.inference)[0]
-        if model.suffix != ".json":
+        if pir_program(project) is None:
             return ("legacy",)
         if backend == "lite":
-            raise ConfigError(f"[model] inference = {project.spec.model.inference}: {model.name} is a PIR "
-                              "program; Paddle Lite reads only legacy programs (.pdmodel)", hint=REEXPORT)
+            raise lite_refusal(project, target)
         return ("pir",)
     return ("pir", "legacy") if backend == "onnx" else ("legacy",)

@@ -266,7 +266,7 @@ def evaluation_set(ctx: PassContext, limit: int | None = None):
 @register
 class OnnxQuantizePass(Pass):
     name = "quantize.onnx"
-    version = 7
+    version = 8
     consumes = frozenset({ONNX})
     produces = ONNX
     Config = QuantConfig
@@ -284,6 +284,7 @@ class OnnxQuantizePass(Pass):
                   op_types: list[str] | None, overrides: dict | None = None) -> Path:
         from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
+        from ..quant.degenerate import guard_histograms
         from ..quant.onnx_ptq import float_inputs, paddle_kl_entropy, reuse_calibration, scheme_options
 
         cfg: QuantConfig = self.config
@@ -302,7 +303,7 @@ class OnnxQuantizePass(Pass):
             opts["extra_options"]["TensorQuantOverrides"] = overrides
         hist = paddle_kl_entropy(algo.lower()) if algo in ("KL", "mse") else contextlib.nullcontext()
         # calibration covers the tensors of the op types quantized: one set of ranges per op set
-        with quiet_stdout(), hist, reuse_calibration(ranges, (tuple(op_types or ()), algo)):
+        with quiet_stdout(), hist, guard_histograms(self.degenerate), reuse_calibration(ranges, (tuple(op_types or ()), algo)):
             quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
                             per_channel=cfg.per_channel_weights,
                             calibrate_method=getattr(CalibrationMethod, _ORT_METHOD[algo]),
@@ -313,6 +314,7 @@ class OnnxQuantizePass(Pass):
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         import onnx
         from ..quant.budget import onnx_rank
+        from ..quant import degenerate
         from ..quant.onnx_ptq import op_types_to_quantize, pre_process
         from ..runner import edgeforge_runner as runner
 
@@ -321,7 +323,7 @@ class OnnxQuantizePass(Pass):
 
         cfg: QuantConfig = self.config
         self.scheme, flag, flags = onnx_scheme(ctx.target, ctx.backend)
-        batches = calibration_batches(ctx, cfg)
+        batches, self.degenerate = calibration_batches(ctx, cfg), {}    # tensor -> why not binned
         pre = ctx.workdir / "quantize-pre.onnx"
         with quiet_stdout():
             pre_info = pre_process(inp.path / "model.onnx", pre)
@@ -359,6 +361,7 @@ class OnnxQuantizePass(Pass):
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
         meta["quantization"]["pre_process"] = pre_info
+        degenerate.note(meta, self.degenerate, ctx.log)
         meta["quantization"]["arithmetic"] = arith
         if "accuracy_budget" in meta:
             meta["accuracy_budget"]["arithmetic"] = arith["kind"]

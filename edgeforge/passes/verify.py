@@ -161,6 +161,19 @@ class VerifyPass(Pass):
                                         f"cosine {a['cosine']:.6f}"))
         return record
 
+    def answer_task(self, task, ctx: PassContext):
+        """The task the answers are judged as: a generic one (no ``[task]``, no 1-D labels) whose
+        outputs go through an NMS (the convert moved it out of the graph, or ``[postprocess]``)
+        gives detections, so it is judged by them (mAP vs float), not by the cosine of NMS rows."""
+        from ..task.post import KIND_OF_OP
+
+        op = (self.cut_nms or self.config.postprocess or {}).get("op")
+        kind = KIND_OF_OP.get(op)
+        if task.kind != "generic" or kind is None:
+            return task
+        ctx.log(f"no [task] kind: the outputs go through {op}, judged as {kind}")
+        return dataclasses.replace(task, kind=kind)
+
     def declared_post(self, task) -> dict | None:
         """The declared [postprocess] as pipeline.json holds it (None: none declared)."""
         from ..task.post import check, resolve
@@ -251,7 +264,7 @@ class VerifyPass(Pass):
         names = [s.name for s in ctx.project.inputs]
         feeds = {k: data[k] for k in names}
         label_arrays = {k: v for k, v in data.items() if k not in names}
-        task = ctx.project.task(label_arrays)
+        task = self.answer_task(ctx.project.task(label_arrays), ctx)
         # the top-1 figures of the tensor check are a classifier's
         labels = data.get("labels") if task.kind == "classification" else None
         float_dir = ctx.history[PADDLE_FLOAT].path
@@ -311,7 +324,7 @@ class VerifyPass(Pass):
                 ok = worst_rel <= cfg.float_rel_tolerance
                 reason = f"float output differs from Paddle Inference by {worst_rel:.2e} (relative)"
             elif (cfg.task is not None or self.cut_nms is not None) and t.get("drop") is not None:
-                limit = cfg.task.get("max_metric_drop")
+                limit = (cfg.task or {}).get("max_metric_drop")
                 limit = cfg.max_accuracy_drop if limit is None else limit
                 ok = t["drop"] <= limit
                 reason = f"{t['metric']} drop {t['drop']:.2f} points > budget {limit:g}"

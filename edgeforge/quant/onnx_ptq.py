@@ -255,6 +255,7 @@ def pre_process(src, dst) -> dict:
     import os
     import tempfile
 
+    import onnxruntime as ort
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     tries = [("ok", {}), ("auto_merge", {"auto_merge": True}), ("skipped", {"skip_symbolic_shape": True})]
@@ -268,9 +269,13 @@ def pre_process(src, dst) -> dict:
             with tempfile.TemporaryDirectory(prefix="edgeforge-shape-") as scratch:
                 here = os.getcwd()
                 os.chdir(scratch)
+                # its optimizing session folds shape constants and warns about each initializer
+                # left unread (paddle2onnx 2.1 PIR models: p2o.pd_op.full_int_array.*): errors only
+                ort.set_default_logger_severity(3)
                 try:
                     quant_pre_process(src, dst, **kwargs)
                 finally:
+                    ort.set_default_logger_severity(2)
                     os.chdir(here)
         except Exception as exc:  # the next try, or raise the last
             errors.append(f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")

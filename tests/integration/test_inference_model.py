@@ -93,13 +93,31 @@ def test_a_pir_program_builds_for_the_onnx_targets(exported_pir, digits_project,
     assert result.manifest["verify"]["rel_max_abs_error"] < 1e-4
 
 
-def test_a_pir_program_for_lite_is_refused_with_the_reexport(exported_pir, digits_project, tmp_path):
+@pytest.mark.parametrize("family", ["rpi", "android"])
+def test_a_pir_program_goes_to_the_onnx_backend_of_a_lite_target(exported_pir, digits_project, tmp_path, family):
+    """rpi4 and android-arm64 default to Paddle Lite, which reads no PIR program; both offer
+    ONNX Runtime: the build takes it and the line after the family's says so (issue 45)."""
     root = _project(tmp_path / "p", digits_project, exported_pir)
-    res = run_cli("build", str(root), "--target", "rpi4", "--out", str(tmp_path / "o"))
-    assert res.returncode == 2, res.stderr
+    res = run_cli("build", "--target", family, "--out", str(tmp_path / "out"), "-q", cwd=root)
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[1].startswith("backend: onnx, not ") and "inference.json is PIR" in lines[1], lines
+    assert "Traceback" not in res.stderr and "onnxruntime" not in "\n".join(lines[2:]), res.stderr
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert (m["backend"], m["export"]["route"], m["verify"]["status"]) == ("onnx", "pir", "passed"), m["verify"]
+    assert m["backend_reason"] == lines[1] and m["precision"] == "int8"
+
+
+def test_a_pir_program_for_lite_is_refused_naming_what_works(exported_pir, digits_project, tmp_path):
+    root = _project(tmp_path / "p", digits_project, exported_pir)
+    res = run_cli("build", "--target", "rpi4", "--backend", "lite", "--out", str(tmp_path / "o"), cwd=root)
+    assert res.returncode == 2, res.stderr          # android-armv7's line: tests/unit/test_pick_backend.py
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "inference.json is a PIR program" in errors[0], res.stderr
-    assert "FLAGS_enable_pir_api=0" in res.stderr and "Traceback" not in res.stderr
+    assert "edgeforge export --factory MODULE:CLASS" in errors[0] and "Traceback" not in res.stderr
+    assert "edgeforge build --target rpi4 --backend onnx" in errors[0] and not (tmp_path / "o").exists()
+    check = run_cli("check", "--target", "rpi4", cwd=root)         # the pre-flight reads legacy programs
+    assert check.returncode == 2 and "is a PIR program (.json), which has no pre-flight" in check.stderr, check.stderr
 
 
 def test_factory_and_inference_together_is_a_config_error(exported, digits_project, tmp_path):

@@ -5,6 +5,7 @@ detections (mAP@0.5), and on the host at batch 1 and batch 4 (verify.batches).""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -104,3 +105,24 @@ def test_runner_nms_matches_paddles_kernel(normalized, background, top_k, eta):
         got = sorted(map(tuple, np.round(rows[start:start + k], 5)))
         assert got == sorted(map(tuple, np.round(want[start:start + k], 5)))
         start += k
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_jetson_orin_without_a_task_is_judged_by_its_detections(project, tmp_path, precision):
+    """No [task] and no box labels: the task was generic (judged by cosine), and verify read a
+    cosine the NMS answers do not have (`pass verify: KeyError: 'cosine'`, issue 45). The
+    outputs go through the runner's NMS, so the answers are detections: mAP@0.5 vs float."""
+    root = tmp_path / "notask"
+    shutil.copytree(project, root)
+    toml = (root / "edgeforge.toml").read_text()
+    (root / "edgeforge.toml").write_text(toml[:toml.index("[task]")])
+    ev = dict(np.load(root / "data" / "eval.npz"))
+    np.savez(root / "data" / "eval.npz", x=ev["x"])
+    m = api.build(root, "jetson-orin", precision=precision, out=tmp_path / "out").manifest
+    v, t = m["verify"], m["verify"]["task"]
+    assert (t["kind"], t["metric"], t["postprocess"]) == ("detection", "map50_vs_float", "nms"), t
+    assert [r["batch"] for r in v["batches"]["runs"]] == [1, 4]
+    if precision == "fp32":
+        assert v["status"] == "passed" and t["drop"] == 0, v.get("reason")
+    else:
+        assert t["drop"] is not None and (v["status"] == "passed" or "map50" in v["reason"]), v

@@ -39,7 +39,8 @@ KNOWN_LIMITS: dict[tuple[str, str], str] = {}
 
 # (arch, column) -> why edgeforge refuses the cell before building (ConfigError, exit 2, one line).
 # A PIR inference model for Paddle Lite: Lite 2.13 reads only legacy programs and Paddle 3.3 has no
-# PIR -> ProgramDesc translation; the refusal carries the re-export command (docs/export.md).
+# PIR -> ProgramDesc translation; the refusal names --backend onnx and `edgeforge export --legacy`
+# (docs/export.md facts 22-24).
 REFUSED: dict[tuple[str, str], str] = {
     ("digits_pir", c): "a PIR program; Paddle Lite reads only legacy programs"
     for c in ("lite-arm-fp32", "lite-arm-int8", "lite-x86-fp32")
@@ -348,14 +349,14 @@ def test_cell(zoo_project: ZooProject, column: str, record_cell, tmp_path):
     if refused is not None:
         with pytest.raises(ConfigError) as info:
             build(zoo_project, column)
-        assert refused in str(info.value) and "FLAGS_enable_pir_api=0" in (info.value.hint or ""), info.value
+        assert refused in str(info.value) and "edgeforge export --factory" in (info.value.hint or ""), info.value
         res = run_cli("build", str(zoo_project.root), *cli_args(column), "--out", str(tmp_path / "out"),
                       env={"EDGEFORGE_CACHE": str(zoo_project.cache)})
         assert res.returncode == 2 and len(error_lines(res.stderr)) == 1, res.stderr[-2000:]
         assert "Traceback" not in res.stderr and not (tmp_path / "out").exists()
         record_cell(arch, column, Cell(True, "refused", limit=True, seconds=time.perf_counter() - t0,
                                        note=f"{arch}, {title}: exit 2 before any pass, `{error_lines(res.stderr)[0]}` "
-                                            "and the re-export command (FLAGS_enable_pir_api=0 ...)"))
+                                            "and the commands that work (--backend onnx, edgeforge export --legacy)"))
         return
 
     limit = KNOWN_LIMITS.get((arch, column))

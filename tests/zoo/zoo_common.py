@@ -33,8 +33,9 @@ CUSTOM_MODELS = ["vit_tiny", "se_cnn", "unet_seg", "two_input", "two_output",
 MODELS = ARCHS + CUSTOM_MODELS
 # key -> (table heading, api.build arguments)
 COLUMNS = {
-    "lite-arm-fp32": ("Lite arm fp32", dict(target="rpi4", precision="fp32")),
-    "lite-arm-int8": ("Lite arm int8", dict(target="rpi4")),
+    # backend="lite": rpi4 builds a PIR program through its ONNX backend unless Lite is asked for
+    "lite-arm-fp32": ("Lite arm fp32", dict(target="rpi4", backend="lite", precision="fp32")),
+    "lite-arm-int8": ("Lite arm int8", dict(target="rpi4", backend="lite")),
     "lite-x86-fp32": ("Lite x86 fp32", dict(target="linux-x86", backend="lite", precision="fp32")),
     "onnx-fp32": ("ONNX fp32", dict(target="linux-x86", precision="fp32")),
     "onnx-int8": ("ONNX int8", dict(target="linux-x86")),
