@@ -378,6 +378,16 @@ class Bench:
         return write_result(self.results_dir, result)
 
 
+def bench_class(device: Device) -> type[Bench]:
+    """The bench for ``device``'s transport: SSH (:class:`Bench`), or a local browser
+    (:class:`edgeforge.device.browser.bench.BrowserBench`)."""
+    if device.transport == "browser":
+        from ..browser.bench import BrowserBench
+
+        return BrowserBench
+    return Bench
+
+
 def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
           on_step: Step | None = None, tags: dict | None = None) -> BenchOutcome:
     """Bench BUILD_DIR on DEVICE (a name in the inventory). Returns the result and where it
@@ -395,6 +405,6 @@ def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
     validate_build(Path(build_dir), manifest)
     inv = load_inventory(opts.inventory)
     dev = inv.get(device)
-    b = Bench(build_dir, dev, resolve_settings(manifest, dev, opts), opts, on_step=on_step,
-              tags=tags)
+    b = bench_class(dev)(build_dir, dev, resolve_settings(manifest, dev, opts), opts, on_step=on_step,
+                         tags=tags)
     return guarded(inv.path, dev.name, b.run, enabled=opts.health)

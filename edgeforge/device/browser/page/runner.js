@@ -147,7 +147,7 @@ async function main() {
   fp.wasm_threads = isolated && fp.shared_array_buffer && ort.env.wasm.numThreads > 1;
   emit('fingerprint', { when: 'page', fingerprint: fp });
   const runtime = { name: 'onnxruntime-web', version: (ort.env.versions || {}).web || null,
-    providers: ['wasm'], threads: ort.env.wasm.numThreads, load: { seconds: loadMs / 1000 } };
+    providers: ['wasm'], threads: ort.env.wasm.numThreads, load: { first_ms: loadMs } };
   emit('runtime', runtime);
   const one = sliceFeeds(ort, spec.inputs, data, 0, 1);
   const [warm, stable] = await warmup(session, one, spec);
