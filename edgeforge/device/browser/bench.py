@@ -120,12 +120,19 @@ class BrowserBench(Bench):
             self.partial.events.append({"event": "outputs", "npz": packed, "answers": answers,
                                         **({"skipped": why} if packed is None else {})})
 
+    def _phase(self) -> str:
+        return {"nothing": "the browser's start", "fingerprint": "the page's load", "start": "the page's load",
+                "files": "runtime start-up", "runtime": "the timed runs", "latency": "the drift pass",
+                "drift": "shut-down"}.get(self.partial.last, self.partial.last)
+
     # ------------------------------------------------------------ the run
 
     def poll(self, ch: Chromium, stop: StopOnSignal, host_fp: dict) -> None:
         """Read the page's events until it is done, fails, runs out of time or is stopped."""
         asked_stop_at = None
         while True:
+            if ch.killed_at_deadline:
+                raise RuntimeError("the deadline passed")
             for ev in self.take(ch):
                 if ev.get("event") == "error":
                     self.partial.events.append(ev)
