@@ -110,7 +110,7 @@ def cmd_bench(args) -> int:
 
 
 def _bench_one(args) -> int:
-    from ..device.measure.bench import bench
+    from ..device.measure.pick import bench
 
     with step_progress(args.quiet) as on_step:
         opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile,
@@ -168,7 +168,7 @@ def _bench_fleet(args) -> int:
 
 def cmd_run(args) -> int:
     from .. import api
-    from ..device.measure.bench import bench
+    from ..device.measure.pick import bench
     from ..device.link.inventory import load_inventory
 
     check_gate_flags(args)

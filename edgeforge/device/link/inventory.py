@@ -16,18 +16,8 @@ Lookup order: ``--inventory FILE``, then ``$EDGEFORGE_DEVICES``, then ``./device
     tags = ["lab", "arm"]
     benchmark_bin = "/home/pi/benchmark_bin"   # optional: Paddle Lite's C++ benchmark
 
-A local browser is a device too (``transport = "browser"``, docs/devices.md): edgeforge starts a
-headless Chromium on this host and serves it the build over loopback; ``host`` and ``workdir``
-then default to the loopback and are not used.
-
-.. code-block:: toml
-
-    [devices.chromium]
-    transport = "browser"
-    target = "web-wasm"
-    browser = "/usr/lib/chromium/chromium"  # optional (default: Debian's chromium)
-    driver = "/usr/bin/chromedriver"        # optional (default: Debian's chromium-driver)
-    isolate = true                          # optional: COOP/COEP on (false: 1 thread only)
+A local browser is a device too: ``transport = "browser"`` (with ``target``; optional ``browser``,
+``driver``, ``isolate``) is a headless Chromium on this host (docs/devices.md).
 
 Unknown keys are errors. Relative ``identity``/``known_hosts`` paths are taken from the
 inventory file's directory. A ``[labgrid]`` table adds the places of a labgrid lab as devices
@@ -73,6 +63,8 @@ class Device(Strict):
     @classmethod
     def _browser_defaults(cls, data):
         """A browser device runs on this host: host and workdir default to the loopback's."""
+        if isinstance(data, dict) and data.get("transport", "ssh") not in ("ssh", "browser"):
+            raise ValueError(f"transport {data['transport']!r}: ssh (the default) or browser")
         if isinstance(data, dict) and data.get("transport") == "browser":
             data = {"host": "127.0.0.1", "workdir": "/tmp", **data}
         elif isinstance(data, dict):

@@ -22,7 +22,8 @@ from typing import Callable
 
 from ...errors import Busy, ConfigError, DeviceError, EdgeforgeError, Unhealthy
 from ...options import BenchOptions
-from .bench import bench_class, build_files, guarded, resolve_settings
+from .bench import build_files, guarded, resolve_settings
+from .pick import bench_class
 from ..link.settings import check_results_dir, results_dir_of
 from ..link.health import UNHEALTHY_AFTER, HealthStore, skip_note
 from ..link.inventory import Device, load_inventory, select_devices, select_where

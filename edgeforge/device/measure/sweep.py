@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ...errors import ConfigError, DeviceError, Unhealthy
 from ...options import BenchOptions, BuildOptions
-from .bench import Step, bench_class, guarded, resolve_settings
+from .bench import Step, guarded, resolve_settings
+from .pick import bench_class
 from .fleet import new_id
 from ..link.inventory import load_inventory
 

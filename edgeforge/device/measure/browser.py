@@ -3,8 +3,8 @@
 1. check the build as every bench does (manifest, the artifact's sha256) and onnxruntime-web's
    files against the digests ``toolchain install web`` recorded;
 2. serve the runner page, onnxruntime-web, the artifact and the reference inputs from a loopback
-   server with COOP/COEP (:mod:`.serve`), and open the page in a fresh headless Chromium
-   (:mod:`.chromium`);
+   server with COOP/COEP (:mod:`edgeforge.device.browser.serve`), and open the page in a fresh
+   headless Chromium (:mod:`edgeforge.device.browser.chromium`);
 3. read the page's events (start, fingerprint, runtime, latency, evaluation, done) as the SSH
    runner's: the result is made by :meth:`Bench.result`, the drift by the runner's own
    ``drift_metrics`` over the outputs the page computed, and written as ``edgeforge.bench/1``.
@@ -33,11 +33,11 @@ from ...toolchain_web import ENTRY, require_web
 from ..link.interrupt import StopOnSignal, interrupted
 from ..link.lease import iso
 from ..link.settings import build_files, check_results_dir
-from ..measure.bench import Bench, BenchOutcome
-from .chromium import Chromium
-from .serve import LoopbackServer, Resource, resource_for
+from ..browser.chromium import Chromium
+from ..browser.serve import LoopbackServer, Resource, resource_for
+from .bench import Bench, BenchOutcome
 
-PAGE = Path(__file__).resolve().parent / "page"
+PAGE = Path(__file__).resolve().parents[1] / "browser" / "page"
 POLL_S = 0.2
 STOP_GRACE_S = 10.0
 DTYPES = ("float32", "float64", "int32", "int64", "uint8", "int8", "bool")
@@ -51,7 +51,7 @@ class BrowserBench(Bench):
     def page_table(self, web) -> tuple[dict[str, Resource], dict]:
         """What the server serves, and the page's spec."""
         m, s = self.manifest, self.settings
-        data = runner._load_npz(str(self.build_dir), m["reference"]["inputs"])
+        data = runner.load_npz(str(self.build_dir), m["reference"]["inputs"])
         inputs, table = [], {}
         for i, inp in enumerate(m["inputs"]):
             arr = data.get(inp["name"])
@@ -110,7 +110,7 @@ class BrowserBench(Bench):
             arr = np.frombuffer(base64.b64decode(o["data"]), dtype=np.dtype(dtype).newbyteorder("<"))
             outs.append(arr.reshape([int(d) for d in o["shape"]]).astype(np.float32 if dtype != "float64" else dtype))
         _, ref, labels = runner.load_reference(str(self.build_dir), self.manifest)
-        m = {k: runner._jsonable(v) for k, v in runner.drift_metrics(outs, ref, labels).items()}
+        m = {k: runner.jsonable(v) for k, v in runner.drift_metrics(outs, ref, labels).items()}
         self.partial.events.append({"event": "drift", "samples": int(ev.get("samples") or 0),
                                     "batch": int(ev.get("batch") or runner.DRIFT_BATCH), **m})
         if wants_outputs(self.manifest):
