@@ -113,3 +113,13 @@ def test_web_toolchain_checks_digests(tmp_path, monkeypatch):
         tw.require_web()
     (root / "toolchain.json").write_text(json.dumps({**doc, "integrity": "sha512-other"}))
     assert tw.find_web() is None
+
+
+def test_a_verb_that_needs_ssh_refuses_a_browser_device(tmp_path):
+    from edgeforge.device.link.inventory import Device
+    from edgeforge.device.link.session import connect
+
+    dev = Device(name="chromium", transport="browser", target="web-wasm")
+    with pytest.raises(ConfigError, match="is a browser") as err:
+        connect(dev, connect_timeout=1)
+    assert err.value.exit_code == 2

@@ -151,3 +151,17 @@ def test_sigterm_leaves_no_chromium_or_chromedriver_behind(web_builds, web_lab):
         Path(res).glob("*-incomplete.json")) else None
     if kept is not None:
         assert kept["status"] == "incomplete" and kept["samples_ms"]
+
+
+def test_devices_check_opens_a_page_and_reports_isolation(cli, web_ready, web_lab):
+    inv, _ = web_lab
+    code, out, err = cli("devices", "check", "chromium", "--inventory", inv, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["cross-origin isolated"]["ok"] and checks["wasm SIMD"]["ok"] and checks["one major version"]["ok"]
+    assert report["runtimes"]["onnxruntime-web"]["version"] == "1.31.1" and report["matches"]
+    code, out, err = cli("devices", "check", "open-page", "--inventory", inv, "--json")
+    assert code == 0, err       # isolation is optional on a device that asks for none
+    checks = {c["check"]: c for c in json.loads(out)["checks"]}
+    assert not checks["cross-origin isolated"]["ok"] and not checks["cross-origin isolated"]["required"]
