@@ -123,3 +123,28 @@ def test_a_verb_that_needs_ssh_refuses_a_browser_device(tmp_path):
     with pytest.raises(ConfigError, match="is a browser") as err:
         connect(dev, connect_timeout=1)
     assert err.value.exit_code == 2
+
+
+def test_report_shows_a_browser_beside_the_other_devices():
+    from result_factory import PI4, make_result
+
+    from edgeforge.report.report import build_summary
+    from edgeforge.report.tables import report_tables
+
+    browser = {**PI4, "cpu_model": "Intel(R) Xeon(R) Processor", "arch": "x86_64",
+               "browser": "Chromium 156.0.8078.114 (headless)"}
+    results = [make_result(device="pi-lab-3"),
+               make_result(device="chromium", target="web-wasm", backend="onnx", fingerprint=browser,
+                           runtime=("onnxruntime-web", "1.31.1"))]
+    summary = build_summary([(None, r) for r in results])
+    devices = next(t for t in report_tables(summary) if t.key == "devices")
+    assert "browser" in devices.header
+    col = devices.header.index("browser")
+    by_device = {row[1]: row[col] for row in devices.rows}
+    assert by_device == {"pi-lab-3": "-", "chromium": "Chromium 156.0.8078.114 (headless)"}
+    # the browser is part of the stable fingerprint: same CPU and kernel, another device fingerprint
+    from edgeforge.report.pairing import fingerprint_id
+
+    no_browser = {k: v for k, v in browser.items() if k != "browser"}
+    assert fingerprint_id(results[1]) != fingerprint_id(make_result(device="chromium", fingerprint=no_browser))
+    assert fingerprint_id(results[0]) == fingerprint_id(make_result(device="pi-lab-3"))

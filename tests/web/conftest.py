@@ -51,16 +51,3 @@ def web_lab(tmp_path):
                    '[devices.open-page]\ntransport = "browser"\ntarget = "web-wasm"\nisolate = false\n')
     return inv, tmp_path / "results"
 
-
-@pytest.fixture
-def cli(capsys):
-    """Run ``edgeforge ARGS`` in this process; returns (exit code, stdout, stderr)."""
-    from edgeforge.cli import main
-
-    def run(*args):
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
