@@ -165,3 +165,40 @@ def test_devices_check_opens_a_page_and_reports_isolation(cli, web_ready, web_la
     assert code == 0, err       # isolation is optional on a device that asks for none
     checks = {c["check"]: c for c in json.loads(out)["checks"]}
     assert not checks["cross-origin isolated"]["ok"] and not checks["cross-origin isolated"]["required"]
+
+
+def _failing_build(src: Path, dest: Path) -> Path:
+    """``src`` with an artifact that loads but cannot run: its Expand asks for a tensor larger
+    than onnxruntime-web allows (the manifest's sha256 updated, as a real build would have it)."""
+    import hashlib
+    import shutil
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    shutil.copytree(src, dest)
+    shape = numpy_helper.from_array(np.array([1, 20000, 20000, 1024], np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["f"], axis=1), helper.make_node("Expand", ["f", "shape"], ["e"]),
+         helper.make_node("ReduceMean", ["e"], ["out"], axes=[1, 2, 3], keepdims=0)], "too-large",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 32, 32])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], initializer=[shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(dest / "model.onnx"))
+    manifest = json.loads((dest / "manifest.json").read_text())
+    data = (dest / "model.onnx").read_bytes()
+    manifest["artifact"].update(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def test_a_run_that_fails_inside_the_page_is_exit_4_in_one_line(cli, web_builds, web_lab, tmp_path):
+    inv, res = web_lab
+    bad = _failing_build(web_builds.fp32, tmp_path / "bad")
+    code, out, err = cli("bench", bad, "--device", "chromium", "--inventory", inv, "--results", res)
+    assert code == 4, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert lines == [lines[0]] and "OrtRun failed: INVALID_ARGUMENT: Tensor shape is too large" in lines[0]
+    assert "during the timed runs" in lines[0] and "Traceback" not in err

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -136,7 +137,8 @@ class BrowserBench(Bench):
             for ev in self.take(ch):
                 if ev.get("event") == "error":
                     self.partial.events.append(ev)
-                    raise self.error(RunnerCrashed, f"the page failed during {self._phase()}: {ev.get('message')}")
+                    raise self.error(RunnerCrashed, f"the page failed during {self._phase()}: "
+                                     f"{page_message(ev.get('message'))}")
                 self.handle(ev, host_fp)
                 if ev.get("event") == "done" or (ev.get("event") == "latency" and ev.get("interrupted")):
                     return
@@ -202,6 +204,21 @@ class BrowserBench(Bench):
         result["device"]["transport"] = "browser"
         result["settings"]["runner"] = "browser"
         return BenchOutcome(result, self.write(result))
+
+
+def page_message(text) -> str:
+    """A page's error in one short line: onnxruntime-web's ``failed to call OrtRun(). ERROR_CODE: 2,
+    ERROR_MESSAGE: /path/op_kernel.cc:87 ... [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : why``
+    becomes ``OrtRun failed: INVALID_ARGUMENT: why``."""
+    text = " ".join(str(text or "no message").split())
+    m = re.match(r"failed to call (\w+)\(\)\. ERROR_CODE: \d+, ERROR_MESSAGE: (.*)", text)
+    if m:
+        why = m.group(2)
+        if "[ONNXRuntimeError]" in why:
+            parts = [p.strip() for p in why.split("[ONNXRuntimeError]", 1)[1].split(" : ") if p.strip()]
+            why = ": ".join(parts[1:]) if len(parts) > 1 else why
+        text = f"{m.group(1)} failed: {why}"
+    return text if len(text) <= 240 else text[:237] + "..."
 
 
 def _one_line(exc: BaseException) -> str:
