@@ -63,7 +63,6 @@ class Chromium:
 
     def start(self) -> "Chromium":
         webdriver, Service = selenium_module()
-        from selenium.common.exceptions import WebDriverException
 
         self.profile = tempfile.mkdtemp(prefix="edgeforge-chromium-")
         opts = webdriver.ChromeOptions()
@@ -75,10 +74,10 @@ class Chromium:
         self.service = Service(self.driver_path, log_output=os.devnull, popen_kw={"start_new_session": True})
         try:
             self.driver = webdriver.Chrome(service=self.service, options=opts)
-        except WebDriverException as exc:
+        except Exception as exc:  # noqa: BLE001 - selenium's, urllib3's or OSError: the browser did not start
             self._remember_group()
             self.close()
-            raise RuntimeError(f"chromium did not start: {_first_line(exc.msg or str(exc))}") from None
+            raise RuntimeError(f"chromium did not start: {_first_line(getattr(exc, 'msg', None) or exc)}") from None
         self._remember_group()
         self.driver.set_page_load_timeout(self.load_timeout_s)
         return self
@@ -113,6 +112,7 @@ class Chromium:
 
     def kill(self) -> None:
         """SIGKILL to chromedriver's process group: chromedriver, chromium and its children."""
+        self._remember_group()
         if self.pgid is not None and self.pgid != os.getpgid(0):
             try:
                 os.killpg(self.pgid, signal.SIGKILL)
@@ -173,8 +173,10 @@ def _wait_group_gone(pgid: int | None, seconds: float) -> None:
 
 
 def _first_line(text: str) -> str:
+    """The first sentence of selenium's message (its pointers to logs and docs cut off)."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    return (lines[0] if lines else "no message")[:200]
+    first = (lines[0] if lines else "no message").split("; For documentation")[0]
+    return first.split(". Examine ChromeDriver")[0].rstrip(".")[:200]
 
 
 def group_processes(pgid: int) -> list[int]:

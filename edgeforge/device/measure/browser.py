@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -160,19 +159,21 @@ class BrowserBench(Bench):
         self.timing["started_at"] = iso(time.time())
         host_fp = runner.fingerprint()
         self.partial.events.append({"event": "fingerprint", "when": "before", "fingerprint": host_fp})
-        stopped = threading.Event()
-        stop = StopOnSignal(lambda done: stopped.set())
-        ch = Chromium(self.device.browser, self.device.driver, load_timeout_s=s.connect_timeout_s)
+        stop = StopOnSignal(lambda done: None)       # the poll loop sees stop.requested_at
+        # the page-load timeout never comes before the one deadline, which names the phase
+        ch = Chromium(self.device.browser, self.device.driver, load_timeout_s=total_s + 5)
         try:
             with stop, LoopbackServer(table, isolate=self.device.isolate) as srv:
                 self.on_step("connect", f"{self.device.name}: headless Chromium, page at {srv.url}")
                 self.remote_dir = srv.url
+                ch.deadline(total_s)                    # from here on: the browser's start included
                 try:
                     ch.start()
                 except RuntimeError as exc:
+                    if ch.killed_at_deadline:
+                        raise self.error(RunnerTimeout, f"chromium did not start within {total_s:g}s") from None
                     raise self.error(RunnerCrashed, str(exc), hint="check `chromium --version` and "
                                      "`chromedriver --version` (the same major version)") from None
-                ch.deadline(total_s)
                 host_fp.update(browser=f"Chromium {ch.version} (headless)", browser_version=ch.version,
                                chromedriver=ch.driver_version, isolation_headers=self.device.isolate)
                 t0 = time.monotonic()
