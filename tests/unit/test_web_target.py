@@ -148,3 +148,16 @@ def test_report_shows_a_browser_beside_the_other_devices():
     no_browser = {k: v for k, v in browser.items() if k != "browser"}
     assert fingerprint_id(results[1]) != fingerprint_id(make_result(device="chromium", fingerprint=no_browser))
     assert fingerprint_id(results[0]) == fingerprint_id(make_result(device="pi-lab-3"))
+
+
+def test_a_page_error_is_one_short_line():
+    from edgeforge.device.measure.browser import page_message
+
+    ort = ("failed to call OrtRun(). ERROR_CODE: 2, ERROR_MESSAGE: /s/onnxruntime/core/framework/op_kernel.cc:87 "
+           "virtual OrtValue *onnxruntime::OpKernelContext::OutputMLValue(int, const TensorShape &) "
+           "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Tensor shape is too large")
+    assert page_message(ort) == "OrtRun failed: INVALID_ARGUMENT: Tensor shape is too large"
+    assert page_message("failed to call OrtRun(). ERROR_CODE: 6, ERROR_MESSAGE: std::bad_alloc") == \
+        "OrtRun failed: std::bad_alloc"
+    assert page_message("RuntimeError: Aborted().\nmore") == "RuntimeError: Aborted(). more"
+    assert len(page_message("x" * 1000)) == 240 and page_message(None) == "no message"

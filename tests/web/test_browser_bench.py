@@ -202,3 +202,13 @@ def test_a_run_that_fails_inside_the_page_is_exit_4_in_one_line(cli, web_builds,
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert lines == [lines[0]] and "OrtRun failed: INVALID_ARGUMENT: Tensor shape is too large" in lines[0]
     assert "during the timed runs" in lines[0] and "Traceback" not in err
+
+
+def test_a_browser_that_does_not_start_is_exit_4_in_one_line(cli, web_builds, tmp_path):
+    inv = tmp_path / "devices.toml"
+    inv.write_text('[devices.chromium]\ntransport = "browser"\ntarget = "web-wasm"\nbrowser = "/bin/false"\n')
+    code, out, err = cli("bench", web_builds.fp32, "--device", "chromium", "--inventory", inv, "--results",
+                         tmp_path / "r")
+    assert code == 4
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "chromium did not start" in lines[0] and "Traceback" not in err
