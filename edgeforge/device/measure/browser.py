@@ -19,6 +19,7 @@ SIGTERM and SIGHUP ask the page to stop after the run in progress, keep what was
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import re
 import time
@@ -65,7 +66,8 @@ class BrowserBench(Bench):
             inputs.append({"name": inp["name"], "shape": list(arr.shape), "dtype": str(arr.dtype), "file": rel})
         spec = {"entry": ENTRY, "threads": int(s.threads or 1), "artifact": m["artifact"]["path"],
                 "warmups": s.warmups, "runs": int(s.runs), "samples": int(len(arr)),
-                "drift_batch": runner.DRIFT_BATCH, "drift": True, "inputs": inputs}
+                "drift_batch": runner.DRIFT_BATCH, "drift": True, "inputs": inputs,
+                "outputs_max_bytes": runner.OUTPUTS_MAX_BYTES}
         table.update({"/": resource_for("runner.html", file=PAGE / "runner.html"),
                       "/runner.js": resource_for("runner.js", file=PAGE / "runner.js"),
                       "/spec.json": resource_for("spec.json", data=json.dumps(spec).encode()),
@@ -96,19 +98,31 @@ class BrowserBench(Bench):
         msg = {"start": "page started", "files": "artifact and inputs fetched by the page",
                "runtime": f"onnxruntime-web {ev.get('version')}, {ev.get('threads')} thread(s): timing "
                           f"({self.settings.warmups} warmups, {self.settings.runs} runs)",
-               "latency": "evaluation set: accuracy drift", "done": "done"}.get(name)
+               "latency": "stopped" if ev.get("interrupted") else "evaluation set: accuracy drift",
+               "done": "done"}.get(name)
         if msg:
             self.on_step("run", msg)
 
+    def outputs_of(self, ev: dict) -> list[np.ndarray]:
+        """The evaluation outputs the page sent (base64 of little-endian arrays), parsed."""
+        outs = []
+        try:
+            for o in ev.get("outputs") or []:
+                dtype = o.get("dtype")
+                if dtype not in DTYPES or not isinstance(o.get("data"), str) or len(o["data"]) > OUTPUTS_MAX_CHARS:
+                    raise ValueError(f"an output of type {dtype}")
+                arr = np.frombuffer(base64.b64decode(o["data"]), dtype=np.dtype(dtype).newbyteorder("<"))
+                outs.append(arr.reshape([int(d) for d in o["shape"]]).astype(dtype))
+        except (ValueError, TypeError, KeyError, binascii.Error) as exc:
+            raise self.error(RunnerCrashed, f"the page's evaluation outputs do not parse ({exc})") from None
+        return outs
+
     def evaluation(self, ev: dict) -> None:
         """The page's evaluation outputs: drift by the runner's code, as its ``drift`` event."""
-        outs = []
-        for o in ev.get("outputs") or []:
-            dtype = {"bool": "bool"}.get(o.get("dtype"), o.get("dtype"))
-            if dtype not in DTYPES or not isinstance(o.get("data"), str) or len(o["data"]) > OUTPUTS_MAX_CHARS:
-                raise self.error(RunnerCrashed, f"the page sent an output it should not ({o.get('dtype')})")
-            arr = np.frombuffer(base64.b64decode(o["data"]), dtype=np.dtype(dtype).newbyteorder("<"))
-            outs.append(arr.reshape([int(d) for d in o["shape"]]).astype(np.float32 if dtype != "float64" else dtype))
+        if ev.get("skipped"):
+            self.partial.events.append({"event": "drift", "skipped": str(ev["skipped"])})
+            return
+        outs = self.outputs_of(ev)
         _, ref, labels = runner.load_reference(str(self.build_dir), self.manifest)
         m = {k: runner.jsonable(v) for k, v in runner.drift_metrics(outs, ref, labels).items()}
         self.partial.events.append({"event": "drift", "samples": int(ev.get("samples") or 0),

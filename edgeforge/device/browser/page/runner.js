@@ -111,6 +111,13 @@ async function evaluate(ort, session, inputs, data, spec) {
     await breathe();
     const count = Math.min(spec.drift_batch, spec.samples - i);
     const out = await session.run(sliceFeeds(ort, inputs, data, i, count));
+    if (i === 0) {
+      const perSample = names.reduce((a, name) => a + out[name].data.byteLength / Math.max(1, out[name].dims[0]), 0);
+      if (perSample * spec.samples > spec.outputs_max_bytes) {
+        return { skipped: 'the evaluation outputs (' + (perSample * spec.samples / 1048576).toFixed(1)
+          + ' MB) are over the ' + (spec.outputs_max_bytes / 1048576).toFixed(1) + ' MB the page sends back' };
+      }
+    }
     names.forEach((name, j) => {
       const t = out[name];
       parts[j].push(new Uint8Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength)));
@@ -175,7 +182,8 @@ async function main() {
   if (spec.drift) {
     const outputs = await evaluate(ort, session, spec.inputs, data, spec);
     if (outputs === null) return;
-    emit('evaluation', { samples: spec.samples, batch: spec.drift_batch, outputs: outputs });
+    if (outputs.skipped) emit('evaluation', { skipped: outputs.skipped });
+    else emit('evaluation', { samples: spec.samples, batch: spec.drift_batch, outputs: outputs });
   }
   emit('done', { time: Date.now() / 1000 });
 }
