@@ -10,8 +10,9 @@
    ``drift_metrics`` over the outputs the page computed, and written as ``edgeforge.bench/1``.
 
 The whole run has one deadline (``connect_timeout_s`` for the browser's start and the page's load,
-plus ``command_timeout_s``): past it the browser's process group is killed and the bench ends with
-exit 4 (:class:`RunnerTimeout`). A page error (not cross-origin isolated while threads > 1, a
+plus ``command_timeout_s``): there the page is asked to stop, what it measured is kept as an
+``-incomplete`` result, and the bench ends with exit 4 (:class:`RunnerTimeout`); a page that
+cannot answer has its browser's process group killed 15 s later. A page error (not cross-origin isolated while threads > 1, a
 wasm abort, a failed session) is exit 4 with its message (:class:`RunnerCrashed`). SIGINT,
 SIGTERM and SIGHUP ask the page to stop after the run in progress, keep what was measured as an
 ``-incomplete`` result, and exit 130; the browser never outlives the verb.
@@ -48,6 +49,8 @@ OUTPUTS_MAX_CHARS = 96 << 20        # base64 of the evaluation outputs the page 
 class BrowserBench(Bench):
     """One bench of one build in a local headless Chromium (a :class:`Bench` whose runner is a
     page)."""
+
+    _total_s = 0.0
 
     def page_table(self, web) -> tuple[dict[str, Resource], dict]:
         """What the server serves, and the page's spec."""
@@ -141,9 +144,12 @@ class BrowserBench(Bench):
 
     # ------------------------------------------------------------ the run
 
-    def poll(self, ch: Chromium, stop: StopOnSignal, host_fp: dict) -> None:
-        """Read the page's events until it is done, fails, runs out of time or is stopped."""
-        asked_stop_at = None
+    def poll(self, ch: Chromium, stop: StopOnSignal, host_fp: dict, deadline_at: float) -> None:
+        """Read the page's events until it is done, fails or is stopped. A signal, or the deadline
+        (``deadline_at``, monotonic), asks the page to stop after the run in progress: its samples
+        so far come back (kept as an incomplete result), then the signal is reported, or the
+        deadline as RunnerTimeout. The watchdog kills a page that cannot answer."""
+        asked_at, why, phase = None, None, None
         while True:
             if ch.killed_at_deadline:
                 raise RuntimeError("the deadline passed")
@@ -154,14 +160,21 @@ class BrowserBench(Bench):
                                      f"{page_message(ev.get('message'))}")
                 self.handle(ev, host_fp)
                 if ev.get("event") == "done" or (ev.get("event") == "latency" and ev.get("interrupted")):
-                    return
-            if stop.requested_at is not None:
-                if asked_stop_at is None:
-                    asked_stop_at = time.monotonic()
+                    why = why if ev.get("event") != "done" else None
+                    break
+            else:
+                now = time.monotonic()
+                if why is None and (stop.requested_at is not None or now >= deadline_at):
+                    why = "signal" if stop.requested_at is not None else "deadline"
+                    asked_at, phase = now, self._phase()
                     ch.driver.execute_script("if (window.__ef) window.__ef.stop();")
-                elif time.monotonic() - asked_stop_at > STOP_GRACE_S:
-                    return
-            time.sleep(POLL_S)
+                if asked_at is None or now - asked_at <= STOP_GRACE_S:
+                    time.sleep(POLL_S)
+                    continue
+            if why == "deadline":
+                raise self.error(RunnerTimeout, f"the page did not finish within {self._total_s:g}s "
+                                 f"(during {phase})", hint="raise --timeout, or lower --runs")
+            return
 
     def run(self) -> BenchOutcome:
         check_results_dir(self.results_dir)
@@ -169,23 +182,25 @@ class BrowserBench(Bench):
         web = require_web()
         table, _ = self.page_table(web)
         s = self.settings
-        total_s = s.connect_timeout_s + s.command_timeout_s
+        total_s = self._total_s = s.connect_timeout_s + s.command_timeout_s
         self.timing["started_at"] = iso(time.time())
         host_fp = runner.fingerprint()
         self.partial.events.append({"event": "fingerprint", "when": "before", "fingerprint": host_fp})
         stop = StopOnSignal(lambda done: None)       # the poll loop sees stop.requested_at
-        # the page-load timeout never comes before the one deadline, which names the phase
-        ch = Chromium(self.device.browser, self.device.driver, load_timeout_s=total_s + 5)
+        # the page-load timeout and the watchdog never come before the deadline, which names the phase
+        hard_s = total_s + STOP_GRACE_S + 5
+        ch = Chromium(self.device.browser, self.device.driver, load_timeout_s=hard_s)
         try:
             with stop, LoopbackServer(table, isolate=self.device.isolate) as srv:
                 self.on_step("connect", f"{self.device.name}: headless Chromium, page at {srv.url}")
                 self.remote_dir = srv.url
-                ch.deadline(total_s)                    # from here on: the browser's start included
+                deadline_at = time.monotonic() + total_s
+                ch.deadline(hard_s)                     # from here on: the browser's start included
                 try:
                     ch.start()
                 except RuntimeError as exc:
                     if ch.killed_at_deadline:
-                        raise self.error(RunnerTimeout, f"chromium did not start within {total_s:g}s") from None
+                        raise self.error(RunnerTimeout, f"chromium did not start within {hard_s:g}s") from None
                     raise self.error(RunnerCrashed, str(exc), hint="check `chromium --version` and "
                                      "`chromedriver --version` (the same major version)") from None
                 host_fp.update(browser=f"Chromium {ch.version} (headless)", browser_version=ch.version,
@@ -193,12 +208,12 @@ class BrowserBench(Bench):
                 t0 = time.monotonic()
                 try:
                     ch.driver.get(srv.url + "/")
-                    self.poll(ch, stop, host_fp)
+                    self.poll(ch, stop, host_fp, deadline_at)
                 except DeviceError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - selenium/urllib3 errors of a killed or lost browser
                     if ch.killed_at_deadline:
-                        raise self.error(RunnerTimeout, f"the page did not finish within {total_s:g}s "
+                        raise self.error(RunnerTimeout, f"the page did not finish within {hard_s:g}s "
                                          f"(during {self._phase()})", hint="raise --timeout, or lower --runs") from None
                     if stop.requested_at is None:
                         raise self.error(RunnerCrashed, f"the browser session ended during {self._phase()}: "
