@@ -214,3 +214,11 @@ def test_a_browser_that_does_not_start_is_exit_4_in_one_line(cli, web_builds, tm
     assert code == 4
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "chromium did not start" in lines[0] and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", ["--profile", "--end-to-end"])
+def test_runner_only_flags_are_refused_before_a_browser_starts(cli, web_builds, web_lab, flag):
+    inv, res = web_lab
+    code, out, err = cli("bench", web_builds.fp32, "--device", "chromium", "--inventory", inv, "--results", res, flag)
+    assert code == 2 and f"{flag} runs the device runner's Python stages" in err
+    assert not Path(res).exists() or not list(Path(res).glob("*.json"))

@@ -177,6 +177,10 @@ class BrowserBench(Bench):
             return
 
     def run(self) -> BenchOutcome:
+        for flag, on in (("--end-to-end", self.opts.end_to_end), ("--profile", self.opts.profile)):
+            if on:
+                raise ConfigError(f"{flag} runs the device runner's Python stages; {self.device.name} is a browser",
+                                  hint="bench it without the flag, or on an SSH device")
         check_results_dir(self.results_dir)
         self.local_digests(build_files(self.build_dir, self.manifest))   # the artifact is its manifest's
         web = require_web()
