@@ -89,6 +89,8 @@ class BrowserBench(Bench):
     def handle(self, ev: dict, host_fp: dict) -> None:
         """One page event into the run's events (the SSH runner's names)."""
         name = ev.get("event")
+        if name == "stopped":       # asked to stop during the drift pass: nothing more to keep
+            return
         if name == "fingerprint":
             host_fp.update(ev.get("fingerprint") or {})
             return
@@ -159,7 +161,7 @@ class BrowserBench(Bench):
                     raise self.error(RunnerCrashed, f"the page failed during {self._phase()}: "
                                      f"{page_message(ev.get('message'))}")
                 self.handle(ev, host_fp)
-                if ev.get("event") == "done" or (ev.get("event") == "latency" and ev.get("interrupted")):
+                if ev.get("event") in ("done", "stopped") or (ev.get("event") == "latency" and ev.get("interrupted")):
                     why = why if ev.get("event") != "done" else None
                     break
             else:
@@ -167,6 +169,7 @@ class BrowserBench(Bench):
                 if why is None and (stop.requested_at is not None or now >= deadline_at):
                     why = "signal" if stop.requested_at is not None else "deadline"
                     asked_at, phase = now, self._phase()
+                if why is not None:         # again each time: a page still loading has no __ef yet
                     ch.driver.execute_script("if (window.__ef) window.__ef.stop();")
                 if asked_at is None or now - asked_at <= STOP_GRACE_S:
                     time.sleep(POLL_S)

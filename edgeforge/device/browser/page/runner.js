@@ -181,7 +181,10 @@ async function main() {
   emit('latency', lat);
   if (spec.drift) {
     const outputs = await evaluate(ort, session, spec.inputs, data, spec);
-    if (outputs === null) return;
+    if (outputs === null) {
+      emit('stopped', {});
+      return;
+    }
     if (outputs.skipped) emit('evaluation', { skipped: outputs.skipped });
     else emit('evaluation', { samples: spec.samples, batch: spec.drift_batch, outputs: outputs });
   }
