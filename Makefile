@@ -25,7 +25,7 @@ apt_or_stop = if [ "$$(id -u)" = 0 ]; then echo "installing $(1) ($(2))"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
 	else echo "error: $(2) needs $(1); run: sudo apt-get install -y $(1)" >&2; exit 2; fi
 
-.PHONY: venv lite sshd demo test test-slow suite-models test-zoo test-arm test-all bench-quant clean train
+.PHONY: venv lite sshd demo test test-slow suite-models test-zoo test-arm test-web test-all bench-quant clean train
 
 venv: $(VENV)/.installed
 
@@ -96,6 +96,17 @@ ARM_PKGS := qemu-user-static binfmt-support debootstrap zstd
 test-arm: venv
 	@dpkg -s $(ARM_PKGS) >/dev/null 2>&1 || { $(call apt_or_stop,$(ARM_PKGS),the emulated aarch64 device); }
 	$(BIN)/pytest -q -m arm tests/arm
+
+# The browser device (transport = "browser"): Debian's chromium and chromium-driver, npm for
+# onnxruntime-web (pinned, checked by its sha512 into the edgeforge cache), selenium from the venv.
+# npm is looked for as a command: a nodejs from elsewhere (NodeSource) ships its own and conflicts
+# with Debian's npm package.
+WEB_PKGS := chromium chromium-driver
+test-web: venv
+	@dpkg -s $(WEB_PKGS) >/dev/null 2>&1 || { $(call apt_or_stop,$(WEB_PKGS),the browser device); }
+	@command -v npm >/dev/null 2>&1 || { $(call apt_or_stop,npm,onnxruntime-web from the npm registry); }
+	$(EF) toolchain install web --if-missing
+	$(BIN)/pytest -q -m web tests/web
 
 test-all: venv
 	$(BIN)/pytest -q -m ''

@@ -47,6 +47,29 @@ def _dtype_name(elem_type: int) -> str:
     return _ONNX_INT.get(elem_type, f"onnx type {elem_type}")
 
 
+def check_graph(model_path: str | Path, rules: EpRules) -> list[Violation]:
+    """The graph against what the provider loads at all: its newest ai.onnx opset
+    (``max_opset``) and the op domains it runs (``domains``); empty rules check nothing."""
+    import onnx
+
+    if rules.max_opset is None and not rules.domains:
+        return []
+    model = onnx.load(str(model_path), load_external_data=False)
+    out: list[Violation] = []
+    imports = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    if rules.max_opset is not None and imports.get("ai.onnx", 0) > rules.max_opset:
+        out.append(Violation("(model)", "opset_import", "max_opset",
+                             f"ai.onnx opset {imports['ai.onnx']}; this provider loads up to {rules.max_opset}"))
+    allowed = {d or "ai.onnx" for d in rules.domains}
+    if allowed:
+        for node in model.graph.node:
+            if (node.domain or "ai.onnx") not in allowed:
+                out.append(Violation(node.name or node.output[0], node.op_type, "domains",
+                                     f"an op of domain {node.domain}; this provider runs "
+                                     f"{', '.join(sorted(allowed))}"))
+    return out
+
+
 def check_qdq(model_path: str | Path, rules: EpRules) -> list[Violation]:
     """Every QuantizeLinear/DequantizeLinear node of ``model_path`` that breaks ``rules``."""
     import onnx

@@ -114,6 +114,21 @@ def check_chromium() -> Item:
                 f"{APT} chromium")
 
 
+def check_web() -> Item:
+    """The browser device's parts (transport = "browser"): chromedriver, selenium, onnxruntime-web."""
+    from .toolchain_web import find_web
+
+    driver = shutil.which("chromedriver")
+    sel = _dist("selenium")
+    web = find_web()
+    missing = [what for what, ok in (("chromium-driver", driver), ("selenium", sel), ("onnxruntime-web", web))
+               if not ok]
+    if missing:
+        return Item("web", False, f"no {', '.join(missing)} (browser device)",
+                    f"{APT} chromium chromium-driver; pip install 'edgeforge[web]'; edgeforge toolchain install web")
+    return Item("web", True, f"onnxruntime-web {web.version}, selenium {sel} (browser device)")
+
+
 def check_qemu() -> Item:
     exe = shutil.which("qemu-aarch64-static")
     return Item("qemu", exe is not None, f"{exe} (emulated device)" if exe else
@@ -148,7 +163,7 @@ def check_cpu(cpuinfo: str | None = None) -> Item:
 
 CHECKS = (check_python, lambda: check_dist("paddle", "paddlepaddle", "pip install paddlepaddle==3.3.1"),
           check_lite, lambda: check_dist("paddle2onnx", "paddle2onnx", "pip install paddle2onnx==1.3.1"),
-          check_onnxruntime, check_numpy, check_sshd, check_chromium, check_qemu, check_binfmt, check_cpu)
+          check_onnxruntime, check_numpy, check_sshd, check_chromium, check_web, check_qemu, check_binfmt, check_cpu)
 
 
 def needed_for(target: str | None) -> set[str]:

@@ -32,7 +32,7 @@ MAX_COMMAND_TIMEOUT_S = 86400.0         # a day
 
 
 class Hardware(Strict):
-    arch: Literal["arm64", "armv7", "x86_64"]
+    arch: Literal["arm64", "armv7", "x86_64", "wasm32"]   # wasm32: a browser (web-*)
     soc: str
     cpu: str
     cores: int = Field(gt=0, le=MAX_CORES)
@@ -72,6 +72,8 @@ class EpRules(Strict):
     per_tensor_activations: bool = False     # an activation's scale must be a scalar
     constant_scales: bool = False            # scales and zero points must be initializers
     conv_weight_axis: Optional[int] = Field(None, ge=0, le=7)  # per-channel Conv weights only on this axis
+    max_opset: Optional[int] = Field(None, ge=7, le=30)  # the newest ai.onnx opset the runtime loads
+    domains: list[str] = []                  # op domains it runs ("" is ai.onnx); empty: any
     note: str = ""
 
 

@@ -28,6 +28,20 @@ def _isolated_cache(tmp_path_factory):
     yield
 
 
+@pytest.fixture
+def cli(capsys):
+    """Run ``edgeforge ARGS`` in this process; returns (exit code, stdout, stderr)."""
+    from edgeforge.cli import main
+
+    def run(*args):
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def digits_project(tmp_path_factory) -> Path:
     """A private copy of examples/digits with trained weights and data (trained once per session)."""

@@ -111,7 +111,7 @@ def cmd_bench(args) -> int:
 
 
 def _bench_one(args) -> int:
-    from ..device.measure.bench import bench
+    from ..device.measure.pick import bench
 
     with step_progress(args.quiet) as on_step:
         opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile,
@@ -169,7 +169,7 @@ def _bench_fleet(args) -> int:
 
 def cmd_run(args) -> int:
     from .. import api
-    from ..device.measure.bench import bench
+    from ..device.measure.pick import bench
     from ..device.link.inventory import load_inventory
 
     check_gate_flags(args)
@@ -314,12 +314,19 @@ def print_bench_result(result: dict, path) -> None:
     temps = (f"{fmt.num(fp.get('temp_c_before'), '.1f')} → {fmt.num(fp.get('temp_c_after'), '.1f')} °C"
              if fp.get("temp_c_before") is not None else "no thermal zones")
     info.add_row("conditions", escape(f"temperature {temps}, load {fp.get('load_avg')}"))
+    if fp.get("browser"):
+        info.add_row("browser", escape(f"{fp['browser']}: cross-origin isolated {fp.get('cross_origin_isolated')}, "
+                                       f"{fp.get('threads')} thread(s), wasm SIMD {fp.get('wasm_simd')}"))
     if fp.get("emulated"):
         info.add_row("emulated", f"[yellow]{escape(fp['emulated'])}[/yellow]: these timings are not performance "
                                  "figures; drift and accuracy are the device's own")
     tr = result["transfer"]
-    info.add_row("transfer", escape(f"{fmt.nbytes(tr['uploaded_bytes'])} in {tr['seconds']:.2f}s"
-                 + (f" ({', '.join(tr['files'])})" if tr.get("files") else " (the device already held every file)")))
+    if tr.get("served_over"):           # a browser device: the page fetched what it needed
+        info.add_row("transfer", escape(f"{fmt.nbytes(tr['uploaded_bytes'])} served over {tr['served_over']} "
+                                        f"({len(tr.get('files') or [])} files) in {tr['seconds']:.2f}s"))
+    else:
+        info.add_row("transfer", escape(f"{fmt.nbytes(tr['uploaded_bytes'])} in {tr['seconds']:.2f}s"
+                     + (f" ({', '.join(tr['files'])})" if tr.get("files") else " (the device already held every file)")))
     con.print(info)
     con.print(f"[bold]result[/bold] {escape(path)}")
 

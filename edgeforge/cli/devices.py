@@ -67,9 +67,16 @@ def cmd_devices(args) -> int:
         raise ConfigError("`edgeforge devices check` needs a device name")
     from ..device.link.check import check_device
 
+    dev = load_inventory(args.inventory).get(args.name)
     with step_progress(args.quiet) as on_step:
-        on_step("check", f"connecting to {args.name}")
-        report = check_device(args.name, inventory=args.inventory, opts=connection_options(args))
+        if dev.transport == "browser":
+            from ..device.browser.check import check_browser
+
+            on_step("check", f"{args.name}: opening a page in headless Chromium")
+            report = check_browser(dev)
+        else:
+            on_step("check", f"connecting to {args.name}")
+            report = check_device(args.name, inventory=args.inventory, opts=connection_options(args))
     if args.json:
         from ..device.link.health import HealthStore
 
@@ -124,8 +131,10 @@ def print_devices(inv) -> None:
         e = state.get(name) or {}
         n = int(e.get("consecutive_failures") or 0)
         health = ("unhealthy" if e.get("unhealthy") else f"{n} failure(s)" if n else "ok")
-        rows.append({"device": name, "address": d.address, "target": d.target, "python": d.python,
-                     "workdir": d.workdir, "tags": ", ".join(d.tags), "health": health})
+        web = d.transport == "browser"
+        rows.append({"device": name, "address": "browser (this host)" if web else d.address, "target": d.target,
+                     "python": "-" if web else d.python, "workdir": "-" if web else d.workdir,
+                     "tags": ", ".join(d.tags), "health": health})
     cols = ["device", "address", "target", "python", "workdir", "tags", "health"]
     con = console()
     # columns by width: the address keeps its port; python and workdir only where they fit

@@ -61,10 +61,10 @@ class VerifyPass(Pass):
     def check_contract(self, model: Path, ctx: PassContext) -> dict:
         """The artifact against its target's first execution provider's rules; a violation fails
         the build (exit 3) naming the node."""
-        from ..contracts import check_qdq, describe, host_cpu_flags, int8_flags, summary
+        from ..contracts import check_graph, check_qdq, describe, host_cpu_flags, int8_flags, summary
 
         ep, rules = ctx.target.backend_config("onnx").first_provider()
-        found = check_qdq(model, rules)
+        found = check_graph(model, rules) + check_qdq(model, rules)
         record = {"provider": ep, "status": "failed" if found else "passed", "violations": len(found),
                   **summary(model), "host_cpu_flags": int8_flags(host_cpu_flags())}
         if found:

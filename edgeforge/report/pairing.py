@@ -1,8 +1,8 @@
 """Who measured what: the identities that decide which results may be compared or paired.
 
 - a *device fingerprint* is the stable part of what the runner recorded about the device:
-  CPU model, kernel, core count, frequency governor (not temperature or load, which change
-  from run to run and are reported, not matched);
+  CPU model, kernel, core count, frequency governor, and for a browser device the browser
+  (not temperature or load, which change from run to run and are reported, not matched);
 - a *model* is the build name a result carries (top-level ``model`` or ``name``);
 - an INT8 result's *float counterpart* is an fp32 result of the same model, target and backend
   on the same device (name and stable fingerprint) with the same runtime (name and version).
@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-STABLE_FINGERPRINT_KEYS = ("cpu_model", "kernel", "cores", "governor")
+STABLE_FINGERPRINT_KEYS = ("cpu_model", "kernel", "cores", "governor", "browser")   # browser: web devices only
 FLOAT_PRECISION = "fp32"
 
 

@@ -65,9 +65,12 @@ def device_cell(e: dict, fingerprints: dict, note: str = "") -> Cell:
 
 def report_tables(summary: dict) -> list[Table]:
     fps, results, pairs = summary["fingerprints"], summary["results"], summary["int8_vs_float"]
-    devices = Table("devices", "Devices", ["fingerprint", "device(s)", "CPU", "kernel", "cores", "governor", "runtime(s)"],
+    web = any(f.get("browser") for f in fps.values())      # a browser device: its own column
+    devices = Table("devices", "Devices", ["fingerprint", "device(s)", "CPU", "kernel", "cores", "governor"]
+                    + (["browser"] if web else []) + ["runtime(s)"],
                     [[Cell(f["id"]), ", ".join(f["devices"]), f.get("cpu_model"), f.get("kernel"), f.get("cores"),
-                      f.get("governor"), ", ".join(f["runtimes"])] for f in fps.values()], folded=True)
+                      f.get("governor")] + ([f.get("browser") or "-"] if web else []) + [", ".join(f["runtimes"])]
+                     for f in fps.values()], folded=True)
     runs = Table("results", "Latency and task metric",
                  ["run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p99 ms", "metric",
                   "float", "artifact's", "drop (points)"])

@@ -775,7 +775,7 @@ def end_to_end(spec, build_dir, run, feeds):
                 decoder_version=version, postprocess=post.get("op", "none"))
 
 
-def _load_npz(build_dir, rel):
+def load_npz(build_dir, rel):
     try:
         with np.load(os.path.join(build_dir, rel), allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
@@ -816,7 +816,7 @@ def load_reference(build_dir, manifest):
         ins, outs_rel = ref["inputs"], ref["outputs"]
     except (KeyError, TypeError) as exc:
         raise BuildFault("the manifest lacks %s" % exc) from exc
-    data = _load_npz(build_dir, ins)
+    data = load_npz(build_dir, ins)
     labels = data.pop("labels", None)
     missing = [n for n in names if n not in data]
     if missing:
@@ -828,7 +828,7 @@ def load_reference(build_dir, manifest):
             raise BuildFault("input %s is %s in %s, the manifest says %s" % (spec["name"], arr.dtype, ins, spec["dtype"]))
         if len(want) != arr.ndim or any(isinstance(w, int) and w > 0 and w != a for w, a in zip(want, arr.shape)):
             raise BuildFault("input %s has shape %s in %s, the manifest says %s" % (spec["name"], list(arr.shape), ins, want))
-    out_data = _load_npz(build_dir, outs_rel)
+    out_data = load_npz(build_dir, outs_rel)
     keys = ["output_%d" % i for i in range(len(out_data))]
     if not keys or sorted(keys) != sorted(out_data):
         raise BuildFault("the reference outputs (%s) must be output_0, output_1, ...; they hold %s"
@@ -1067,7 +1067,7 @@ def _import_runtime(name):
         raise RuntimeMissing("%s is not importable by %s (%s)" % (name, sys.executable, exc)) from exc
 
 
-def _jsonable(x):
+def jsonable(x):
     if isinstance(x, float) and x != x:
         return None
     return x
@@ -1344,7 +1344,7 @@ def drift(spec, build_dir, run, reference, settings):
             lambda: make_predictor(spec, build_dir, *settings), feeds, DRIFT_BATCH)
     else:
         outs = predict_all(run, feeds, DRIFT_BATCH)
-    m = {k: _jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
+    m = {k: jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
     emit("drift", samples=int(len(next(iter(feeds.values())))), **dict(m, **extra))
     if spec.get("return_outputs"):
         post = spec.get("postprocess")
@@ -2004,7 +2004,7 @@ def smoke(release_dir, spec):
     outs, _ = predict_per_batch_size(lambda: made.append(make_predictor(manifest, release_dir, threads))
                                      or made[-1], feeds)
     emit("runtime", **made[0].runtime)
-    m = {k: _jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
+    m = {k: jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
     budget = spec.get("budget") or smoke_budget(manifest)
     passed, reason = judge_drift(m, budget)
     emit("smoke", passed=passed, reason=reason, budget=budget, samples=len(next(iter(feeds.values()))),

@@ -128,20 +128,6 @@ def lab(sshd, tmp_path) -> Lab:
     return Lab(sshd, tmp_path)
 
 
-@pytest.fixture
-def cli(capsys):
-    """Run ``edgeforge ARGS`` in this process; returns (exit code, stdout, stderr)."""
-    from edgeforge.cli import main
-
-    def run(*args):
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
 # ---------------------------------------------------------------- fleets (several sshd devices)
 
 FLEET_TAGS = {0: ["rack1"], 1: ["rack1"], 2: ["rack2"], 3: ["rack2"]}

@@ -82,7 +82,7 @@ def test_cli_without_lite_toolchain():
     assert all(len(ln) <= 80 for ln in lines)
     status = _parse(r.stdout)
     assert set(status) == {"python", "paddle", "lite", "paddle2onnx", "onnxruntime", "numpy", "sshd",
-                           "chromium", "qemu", "binfmt", "cpu"}
+                           "chromium", "web", "qemu", "binfmt", "cpu"}
     assert status["lite"] == "MISSING"
     assert next(ln for ln in lines if " lite " in ln).endswith("edgeforge toolchain install lite")
     # the summary is the one error line (exit 2 comes from the error map, like every verb's)

@@ -10,6 +10,7 @@ ROWS = {
     "errors": 0, "oserror": 0, "paddle_env": 0, "runner": 0, "lite_child": 0, "edgeforge": 0,
     "fsutil": 0.3, "cache": 0.6,
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "results": 1, "quant": 1,
+    "toolchain_web": 1.2,               # onnxruntime-web from npm, beside the toolchains dir
     "manifest": 1.2,                    # the build manifest's one model (config's DTypes, describe)
     "init_data": 1,
     "init_labels": 1.3,                 # init --task's labels (COCO, masks, CTC lines) into init_data's rows
@@ -25,6 +26,7 @@ ROWS = {
     "lab": 6.5,                         # a labgrid lab: its inventory table, client, place holds
     "device": 7,                        # the package; its sub-packages are layers of their own:
     "device.link": 7,                   # talking to one device: inventory, transport, session, sync
+    "device.browser": 7.05,             # a local headless Chromium: loopback server, chromedriver
     "device.provision": 7.1,            # making and equipping devices: setup, emulate, rootfs
     "device.measure": 7.2,              # bench, fleet, sweep, load
     "device.release": 7.4,              # deploy, releases (they bench canaries: measure)

@@ -16,6 +16,9 @@ Lookup order: ``--inventory FILE``, then ``$EDGEFORGE_DEVICES``, then ``./device
     tags = ["lab", "arm"]
     benchmark_bin = "/home/pi/benchmark_bin"   # optional: Paddle Lite's C++ benchmark
 
+A local browser is a device too: ``transport = "browser"`` (with ``target``; optional ``browser``,
+``driver``, ``isolate``) is a headless Chromium on this host (docs/devices.md).
+
 Unknown keys are errors. Relative ``identity``/``known_hosts`` paths are taken from the
 inventory file's directory. A ``[labgrid]`` table adds the places of a labgrid lab as devices
 beside these (:mod:`edgeforge.lab.config`); such a device carries its place (``lab``).
@@ -25,9 +28,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ...config import Strict, did_you_mean, parse_model, read_toml
 from ...errors import ConfigError
@@ -51,6 +54,24 @@ class Device(Strict):
     tags: list[str] = []
     benchmark_bin: Optional[str] = None
     lab: Optional[LabRef] = None        # a labgrid place (from [labgrid], never a [devices] key)
+    transport: Literal["ssh", "browser"] = "ssh"
+    browser: Optional[str] = None       # transport = "browser": the chromium binary
+    driver: Optional[str] = None        # transport = "browser": chromedriver
+    isolate: bool = True                # transport = "browser": serve with COOP/COEP
+
+    @model_validator(mode="before")
+    @classmethod
+    def _browser_defaults(cls, data):
+        """A browser device runs on this host: host and workdir default to the loopback's."""
+        if isinstance(data, dict) and data.get("transport", "ssh") not in ("ssh", "browser"):
+            raise ValueError(f"transport {data['transport']!r}: ssh (the default) or browser")
+        if isinstance(data, dict) and data.get("transport") == "browser":
+            data = {"host": "127.0.0.1", "workdir": "/tmp", **data}
+        elif isinstance(data, dict):
+            for key in ("browser", "driver", "isolate"):
+                if key in data:
+                    raise ValueError(f"'{key}' is for transport = \"browser\" devices")
+        return data
 
     @field_validator("workdir")
     @classmethod
@@ -162,8 +183,9 @@ def render_device_toml(dev: Device) -> str:
     import json
 
     lines = [f"[devices.{dev.name}]"]
+    defaults = {"transport": "ssh", "isolate": True}
     for key, value in dev.model_dump(exclude={"name", "lab"}).items():
-        if value is None or value == []:
+        if value is None or value == [] or defaults.get(key, object()) == value:
             continue
         lines.append(f"{key} = {json.dumps(value)}")
     return "\n".join(lines) + "\n"

@@ -61,6 +61,10 @@ def connect(device: Device, *, connect_timeout: float, trust_new_host: bool = Fa
             on_attempt: Callable[[int], None] | None = None, opts: BenchOptions | None = None) -> SSHTransport:
     """An open transport to ``device``; a transient failure is tried ``retries`` more times. A lab
     device's place is held first, until the transport is closed (``opts``: how to queue)."""
+    if device.transport != "ssh":
+        raise ConfigError(f"device {device.name} is a browser (transport = \"{device.transport}\"), "
+                          "not an SSH device", hint="bench, run and sweep measure on it; `edgeforge devices check "
+                          f"{device.name}` checks it")
     say = on_step or (lambda step, msg: None)
     hold = hold_place(device, opts, say)
     try:

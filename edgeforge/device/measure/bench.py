@@ -33,7 +33,7 @@ from ...results.stats import summarize
 from ...task.drift import drift_task, wants_outputs
 from ...stop_signals import signals_held_once
 from ..link.interrupt import StopOnSignal, interrupted, signal_label, stop_runner
-from ..link.inventory import Device, load_inventory
+from ..link.inventory import Device
 from ..link.lease import Lease, iso
 from ..link.settings import (
     RUNNER_NAME,
@@ -41,13 +41,13 @@ from ..link.settings import (
     BenchSettings,
     build_files,
     check_results_dir,
-    resolve_settings,
+    resolve_settings,  # noqa: F401 - sweep, fleet and deploy import it from here
     results_dir_of,
     validate_build,
 )
 from .endtoend import e2e_files, e2e_result, e2e_spec, pipeline_of
 from ..link.events import Partial, tail
-from ..link.health import guarded     # its home was here: fleet, deploy and load import it from here
+from ..link.health import guarded  # noqa: F401 - its home was here: fleet, deploy and load import it from here
 from .runner_errors import runner_error
 from ..link import sync
 from ..link.session import BACKOFF_S, Session
@@ -391,25 +391,3 @@ class Bench:
 
     def write(self, result: dict) -> Path:
         return write_result(self.results_dir, result)
-
-
-def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
-          on_step: Step | None = None, tags: dict | None = None) -> BenchOutcome:
-    """Bench BUILD_DIR on DEVICE (a name in the inventory). Returns the result and where it
-    was written. ``opts``: see :class:`edgeforge.options.BenchOptions` (``threads`` and
-    ``power_mode`` override the build's runtime settings; ``health``: refuse a device marked
-    unhealthy and count this bench in its health, see :mod:`.health`). ``tags``: top-level
-    keys added to the result.
-
-    Raises ConfigError (bad build, flag or inventory) or DeviceError (the device failed, is
-    busy, or is marked unhealthy)."""
-    from ...api import read_manifest
-
-    opts = opts or BenchOptions()
-    manifest = read_manifest(build_dir)
-    validate_build(Path(build_dir), manifest)
-    inv = load_inventory(opts.inventory)
-    dev = inv.get(device)
-    b = Bench(build_dir, dev, resolve_settings(manifest, dev, opts), opts, on_step=on_step,
-              tags=tags)
-    return guarded(inv.path, dev.name, b.run, enabled=opts.health)

@@ -22,7 +22,8 @@ from typing import Callable
 
 from ...errors import Busy, ConfigError, DeviceError, EdgeforgeError, Unhealthy
 from ...options import BenchOptions
-from .bench import Bench, build_files, guarded, resolve_settings
+from .bench import build_files, guarded, resolve_settings
+from .pick import bench_class
 from ..link.settings import check_results_dir, results_dir_of
 from ..link.health import UNHEALTHY_AFTER, HealthStore, skip_note
 from ..link.inventory import Device, load_inventory, select_devices, select_where
@@ -186,7 +187,7 @@ def fleet_bench(build_dirs, devices: str, opts: BenchOptions | None = None, *,
         def benches():
             for i, job in enumerate(r.jobs):
                 step("build", f"{job.label} ({i + 1} of {len(r.jobs)})")
-                b = Bench(job.build_dir, r.device, settings[id(job)], opts, on_step=step,
+                b = bench_class(r.device)(job.build_dir, r.device, settings[id(job)], opts, on_step=step,
                           tags={"fleet": {"id": fid}})
                 try:
                     out = b.run()

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ...errors import ConfigError, DeviceError, Unhealthy
 from ...options import BenchOptions, BuildOptions
-from .bench import Bench, Step, guarded, resolve_settings
+from .bench import Step, guarded, resolve_settings
+from .pick import bench_class
 from .fleet import new_id
 from ..link.inventory import load_inventory
 
@@ -190,7 +191,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
                              + (f", {p.power_mode}" if p.power_mode else ""))
             tags = {"sweep": {"id": outcome.id, "index": i, "points": n,
                               "point": {"precision": p.precision, "threads": p.threads, "power_mode": p.power_mode}}}
-            b = Bench(p.build_dir, dev, settings[id(p)], bench, on_step=on_step, tags=tags)
+            b = bench_class(dev)(p.build_dir, dev, settings[id(p)], bench, on_step=on_step, tags=tags)
             try:
                 o = b.run()
             except DeviceError as exc:

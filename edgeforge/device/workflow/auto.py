@@ -122,7 +122,7 @@ def decide_on_device(project, target: str, device: str, build: BuildOptions | No
     from ...report.compare import compare
     from ...report.pairing import p50_ms
     from ...report.verdict import choose
-    from ..measure.bench import bench as bench_one
+    from ..measure.pick import bench as bench_one
     from ..measure.fleet import new_id
 
     on_step = on_step or (lambda step, msg: None)
