@@ -128,20 +128,16 @@ def test_why_degenerate_names_the_cause():
 def _overflowing_model(tmp_path):
     """x -> conv -> exp(60 h) (inf where h > ~1.5) -> conv -> fc: the second conv's input, a
     quantized activation, holds infs on ordinary inputs."""
-    import paddle
-
+    from edgeforge.paddle_env import private_scope, static_mode
     from edgeforge.passes.export_compat import legacy_apis     # paddle.exp: a PIR-only binding in 3.3
 
-    paddle.enable_static()
-    main, startup = paddle.static.Program(), paddle.static.Program()
-    main.random_seed = startup.random_seed = 3
-    with paddle.static.program_guard(main, startup), legacy_apis():
-        x = paddle.static.data("x", [None, 3, 8, 8], "float32")
-        h = paddle.exp(paddle.static.nn.conv2d(x, 4, 3, padding=1) * 60.0)
-        y = paddle.static.nn.fc(paddle.flatten(paddle.static.nn.conv2d(h, 4, 3, padding=1), 1), 5)
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    scope = paddle.static.Scope()
-    with paddle.static.scope_guard(scope):
+    with static_mode() as paddle, private_scope(paddle) as (_, exe):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        main.random_seed = startup.random_seed = 3
+        with paddle.static.program_guard(main, startup), legacy_apis():
+            x = paddle.static.data("x", [None, 3, 8, 8], "float32")
+            h = paddle.exp(paddle.static.nn.conv2d(x, 4, 3, padding=1) * 60.0)
+            y = paddle.static.nn.fc(paddle.flatten(paddle.static.nn.conv2d(h, 4, 3, padding=1), 1), 5)
         exe.run(startup)
         paddle.static.save_inference_model(str(tmp_path / "fp32" / "model"), [x], [y], exe, program=main)
     return tmp_path / "fp32"
