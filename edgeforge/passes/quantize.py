@@ -121,6 +121,7 @@ class PaddlePTQPass(Pass):
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         from ..paddle_env import paddle_inference
+        from ..quant import degenerate
         from ..quant.budget import paddle_layers, paddle_rank
 
         cfg: QuantConfig = self.config
@@ -148,10 +149,7 @@ class PaddlePTQPass(Pass):
         shutil.copytree(inp.path, out_dir / "float")
         meta.update(precision="int8", **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")})
         record_odd_weights(meta, self.odd_weights, ctx.log)
-        if self.fast_kl:
-            meta["quantization"]["fast_kl"] = dict(self.fast_kl)
-            if not self.fast_kl["enabled"]:
-                ctx.log(f"fast KL calibration off: {self.fast_kl['reason']}")
+        degenerate.note_fast_kl(meta, self.fast_kl, ctx.log)     # quantization.fast_kl, degenerate_ranges
         if "accuracy_budget" in meta:
             meta["accuracy_budget"].update(
                 simulated=True, note="measured on the host with Paddle Inference on the fake-quant program")

@@ -163,16 +163,12 @@ class VerifyPass(Pass):
 
     def answer_task(self, task, ctx: PassContext):
         """The task the answers are judged as: a generic one (no ``[task]``, no 1-D labels) whose
-        outputs go through an NMS (the convert moved it out of the graph, or ``[postprocess]``)
-        gives detections, so it is judged by them (mAP vs float), not by the cosine of NMS rows."""
-        from ..task.post import KIND_OF_OP
-
-        op = (self.cut_nms or self.config.postprocess or {}).get("op")
-        kind = KIND_OF_OP.get(op)
-        if task.kind != "generic" or kind is None:
+        NMS the convert moved out of the graph (``[backend.onnx] nms = "postprocess"``) gives
+        detections on both sides, so it is judged by them (mAP vs float), not by a cosine."""
+        if task.kind != "generic" or self.cut_nms is None:
             return task
-        ctx.log(f"no [task] kind: the outputs go through {op}, judged as {kind}")
-        return dataclasses.replace(task, kind=kind)
+        ctx.log(f"no [task] kind: the outputs go through {self.cut_nms['op']}, judged as detections")
+        return dataclasses.replace(task, kind="detection")
 
     def declared_post(self, task) -> dict | None:
         """The declared [postprocess] as pipeline.json holds it (None: none declared)."""

@@ -8,6 +8,10 @@ maximum, an inf (``Too many bins for data range. Cannot create 2048 finite-sized
 ``supplied range of [-inf, inf] is not finite``). Here such a tensor is not binned: it is
 calibrated by the min/max of its finite values (what ``--calibration abs_max`` does), and the
 build records which tensors and why (``quantization.degenerate_ranges``) and says so in one line.
+
+Paddle's PTQ (the Lite path) bins |x| over float64 edges, which a finite float32 range always
+fills; an inf or NaN there would make the range itself non-finite, so edgeforge's sampling
+(``quant.kl.ptq_methods``) takes the range of the finite values and records the activation.
 """
 from __future__ import annotations
 
@@ -121,12 +125,25 @@ def guard_histograms(record: dict) -> Iterator[None]:
         HistogramCollector.collect, q.create_calibrator = collect, create
 
 
-def note(meta: dict, record: dict, log) -> None:
+def note(meta: dict, record: dict, log, fallback: str = "min/max of the finite values (abs_max)") -> None:
     """The manifest's ``quantization.degenerate_ranges`` and the build's one line."""
     if not record:
         return
-    meta.setdefault("quantization", {})["degenerate_ranges"] = {
-        "fallback": "min/max of the finite values (abs_max)", "tensors": dict(sorted(record.items()))}
+    meta.setdefault("quantization", {})["degenerate_ranges"] = {"fallback": fallback,
+                                                               "tensors": dict(sorted(record.items()))}
     names = sorted(record)
-    log(f"{len(names)} tensor(s) with a degenerate range (constant, inf or subnormal span) calibrated by "
-        f"min/max instead of a histogram: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
+    log(f"{len(names)} tensor(s) with a degenerate range (constant, inf or subnormal span), not binned as "
+        f"they are ({fallback}): {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
+
+
+def note_fast_kl(meta: dict, record: dict, log) -> None:
+    """Paddle PTQ (the Lite path): ``quantization.fast_kl`` (whether edgeforge's fast KL paths
+    took, and why not), and the activations binned over their finite values only."""
+    if not record:
+        return
+    fast = {k: v for k, v in record.items() if k != "degenerate_ranges"}
+    meta["quantization"]["fast_kl"] = fast
+    if not fast["enabled"]:
+        log(f"fast KL calibration off: {fast['reason']}")
+    note(meta, dict(record.get("degenerate_ranges") or {}), log,
+         fallback="the histogram of the finite values: an inf or NaN is left out")

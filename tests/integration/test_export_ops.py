@@ -143,7 +143,7 @@ def test_model_of_all_listed_ops_builds_for_every_backend(all_ops_project, colum
     column = dict(column)
     route = column.pop("route", None)
     if route:
-        monkeypatch.setattr(export, "routes_for", lambda project, backend: (route,))
+        monkeypatch.setattr(export, "routes_for", lambda project, backend, target=None: (route,))
     res = api.build(all_ops_project, out=tmp_path / "out", **column)
     m = res.manifest
     if m["export"]["route"] == "pir":

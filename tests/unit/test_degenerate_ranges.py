@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
-from edgeforge.quant.degenerate import guard_histograms, note, why_degenerate
+from edgeforge.quant.degenerate import guard_histograms, note, note_fast_kl, why_degenerate
 from edgeforge.quant.onnx_ptq import paddle_kl_entropy
 
 ONE_BELOW = np.nextafter(np.float32(1), np.float32(0))     # 0.99999994
@@ -123,3 +123,59 @@ def test_why_degenerate_names_the_cause():
     assert why_degenerate(np.float32([0, 0]), 2048, absolute=True) is None      # numpy widens a constant
     old = (None, np.linspace(0, 1e-6, 4097, dtype=np.float32))
     assert "grows" in why_degenerate(np.float32([1e3]), 4096, absolute=False, old=old)
+
+
+def _overflowing_model(tmp_path):
+    """x -> conv -> exp(60 h) (inf where h > ~1.5) -> conv -> fc: the second conv's input, a
+    quantized activation, holds infs on ordinary inputs."""
+    from edgeforge.paddle_env import private_scope, static_mode
+    from edgeforge.passes.export_compat import legacy_apis     # paddle.exp: a PIR-only binding in 3.3
+
+    with static_mode() as paddle, private_scope(paddle) as (_, exe):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        main.random_seed = startup.random_seed = 3
+        with paddle.static.program_guard(main, startup), legacy_apis():
+            x = paddle.static.data("x", [None, 3, 8, 8], "float32")
+            h = paddle.exp(paddle.static.nn.conv2d(x, 4, 3, padding=1) * 60.0)
+            y = paddle.static.nn.fc(paddle.flatten(paddle.static.nn.conv2d(h, 4, 3, padding=1), 1), 5)
+        exe.run(startup)
+        paddle.static.save_inference_model(str(tmp_path / "fp32" / "model"), [x], [y], exe, program=main)
+    return tmp_path / "fp32"
+
+
+def _paddle_kl_ptq(model_dir, out_dir, batches):
+    import paddle
+    from paddle.static.quantization import PostTrainingQuantization
+
+    paddle.enable_static()
+    scope, exe = paddle.static.Scope(), paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope), paddle.utils.unique_name.guard():
+        ptq = PostTrainingQuantization(executor=exe, scope=scope, model_dir=str(model_dir),
+                                       model_filename="model.pdmodel", params_filename="model.pdiparams",
+                                       data_loader=lambda: ({"x": b} for b in batches), batch_nums=len(batches),
+                                       algo="KL", onnx_format=False)
+        ptq.quantize()
+        ptq.save_quantized_model(str(out_dir), model_filename="model.pdmodel", params_filename="model.pdiparams")
+
+
+def test_paddle_ptq_bins_an_activation_with_infs_over_its_finite_values(tmp_path):
+    """Lite path: Paddle's own KL sampling stops on the activation's non-finite range; edgeforge's
+    sampling takes the finite values' range, and the record names the activation."""
+    from edgeforge.quant.kl import fast_kl
+
+    model = _overflowing_model(tmp_path)
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((4, 3, 8, 8)).astype(np.float32) for _ in range(2)]
+    with fast_kl(sampling=False), pytest.raises(ValueError, match="is not finite"):      # Paddle's own
+        _paddle_kl_ptq(model, tmp_path / "paddle", batches)
+    with fast_kl() as status:
+        _paddle_kl_ptq(model, tmp_path / "q", batches)
+    fallen = dict(status["degenerate_ranges"])
+    assert "exp_0.tmp_0" in fallen, fallen          # and what reads it, downstream
+    assert all("non-finite value(s) (inf/nan)" in why for why in fallen.values()), fallen
+    assert (tmp_path / "q" / "model.pdmodel").is_file()
+    meta: dict = {"quantization": {}}
+    lines: list = []
+    note_fast_kl(meta, status, lines.append)
+    assert meta["quantization"]["fast_kl"] == {"enabled": True, "reason": "fast threshold search and sampling"}
+    assert meta["quantization"]["degenerate_ranges"]["tensors"] == fallen and len(lines) == 1, lines

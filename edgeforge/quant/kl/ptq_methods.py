@@ -8,6 +8,17 @@ import numpy as np
 
 from .histogram import abs_histograms_fast, abs_min_max, parallel_map
 
+# activation -> why its histogram range is its finite values' (an inf or a NaN in it would make
+# Paddle's np.histogram range non-finite: "supplied range of [0.0, inf] is not finite"); reset by
+# each ptq_patch.install, reported as the manifest's quantization.degenerate_ranges
+DEGENERATE: dict[str, str] = {}
+
+
+def finite_abs_range(values: np.ndarray) -> tuple[float, float]:
+    """min and max of |x| over the finite values (0, 0 when there are none)."""
+    a = np.abs(values[np.isfinite(values)])
+    return (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+
 
 # ----------------------------------------------------------------- Paddle PTQ sampling stage
 class _Capsule:
@@ -166,7 +177,11 @@ def make_fast_methods(ptq_module) -> dict[str, Callable]:
                 continue
             todo.append((var_name, var_tensor))
         extremes = parallel_map(abs_min_max, [t for _, t in todo])
-        for (var_name, _), (min_value, max_value) in zip(todo, extremes):
+        for (var_name, tensor), (min_value, max_value) in zip(todo, extremes):
+            if not (np.isfinite(min_value) and np.isfinite(max_value)):
+                min_value, max_value = finite_abs_range(tensor)
+                DEGENERATE.setdefault(var_name, f"{int(tensor.size - np.isfinite(tensor).sum())} non-finite "
+                                                "value(s) (inf/nan)")
             if var_name not in self._sampling_act_abs_min_max:
                 self._sampling_act_abs_min_max[var_name] = [min_value, max_value]
             else:

@@ -14,7 +14,7 @@ import sys
 from typing import Callable
 
 from .histogram import plan_cache
-from .ptq_methods import make_fast_methods, set_keep_limit
+from .ptq_methods import DEGENERATE, make_fast_methods, set_keep_limit
 from .ptq_source import ORIGINAL_DIGESTS, source_digest
 from .threshold import PATCH_SITES, originals, cal_kl_threshold_fast
 
@@ -68,6 +68,7 @@ def install(sampling: bool = True, keep_bytes: int | None = None) -> None:
     global _install_depth, _status
     if _install_depth == 0:
         set_keep_limit(keep_bytes)
+        DEGENERATE.clear()
         patched = _patch_threshold()
         off = _patch_sampling() if sampling else []
         if off:
@@ -79,7 +80,8 @@ def install(sampling: bool = True, keep_bytes: int | None = None) -> None:
             _status = {"enabled": False, "reason": "Paddle has no cal_kl_threshold to replace"}
         else:
             _status = {"enabled": True,
-                       "reason": "fast threshold search" + (" and sampling" if sampling else "")}
+                       "reason": "fast threshold search" + (" and sampling" if sampling else ""),
+                       "degenerate_ranges": DEGENERATE}      # filled while PTQ samples
     _install_depth += 1
 
 
