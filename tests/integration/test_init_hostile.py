@@ -285,10 +285,12 @@ def test_a_directory_the_file_system_refuses_is_one_line(tmp_path, where):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
 
-@pytest.mark.parametrize("labels, fragment", [("/dev/zero", "larger than init reads"), ("imgs", "a directory"),
-                                              ("/nonexistent", "cannot read it")])
+@pytest.mark.parametrize("labels, fragment", [("/dev/zero", "larger than init reads"), ("other", "a directory"),
+                                              ("/nonexistent", "cannot read it"),
+                                              ("imgs", "no images outside --labels imgs")])
 def test_label_files_are_bounded_and_named(tmp_path, labels, fragment):
     _gray(tmp_path / "imgs", n=3)
+    (tmp_path / "other").mkdir()
     _fails(run_cli("init", "p", *FACTORY, "--data", "imgs", "--task", "ctc", "--labels", labels, cwd=tmp_path),
            fragment)
     assert not (tmp_path / "p").exists()
