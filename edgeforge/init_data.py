@@ -40,6 +40,7 @@ RESAMPLE = ("bilinear", "nearest", "bicubic")
 MAX_IMAGE_PIXELS = 1 << 26          # 67 M pixels (8192 x 8192): refused from the header, never decoded
 MAX_SAMPLE_ELEMENTS = 1 << 26       # one sample of one input (a 4K RGB frame is 25 M)
 MAX_DATA_BYTES = 2 << 30            # everything init writes into the two .npz files
+MIN_STD = 1e-6                      # a smaller std in float32 is 0 or makes infinities
 SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
@@ -133,9 +134,10 @@ def _per_channel(text: str | None, c: int, what: str) -> np.ndarray | None:
         raise ConfigError(f"--{what} {text!r}: give numbers separated by commas") from None
     if len(vals) == 1:
         vals = vals * c
-    bad = not all(math.isfinite(v) and abs(v) <= 1000 for v in vals) or (what == "std" and min(vals) <= 0)
+    bad = not all(math.isfinite(v) and abs(v) <= 1000 for v in vals) or (what == "std" and min(vals) < MIN_STD)
     if len(vals) != c or bad:
-        raise ConfigError(f"--{what} {text!r}: give 1 or {c} finite value(s)" + (", each > 0" if what == "std" else ""))
+        raise ConfigError(f"--{what} {text!r}: give 1 or {c} finite value(s), at most 1000"
+                          + (f", each >= {MIN_STD:g}" if what == "std" else ""))
     return np.asarray(vals, dtype="float32")
 
 

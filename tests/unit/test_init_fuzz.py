@@ -1,7 +1,7 @@
 """issue 44, init, the class not the instances: hostile directory names, input names, shapes,
 dtypes, project names, numeric flags and tasks thrown at ``edgeforge init`` through the CLI
 (``edgeforge.cli.main``, in-process; ``--input`` given, so no child process). Only documented exit
-codes, at most one ``error:`` line, never a traceback; nothing is written outside the project
+codes, at most one ``error:`` line, never a traceback or a warning; nothing is written outside the project
 directory, a failed init writes nothing at all, and what a successful one writes is a project
 the build loads with the inputs asked for. A bounded example count by default; many more under
 ``-m slow``."""
@@ -11,6 +11,7 @@ import contextlib
 import io
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,8 @@ def _one(sandbox: Path, rel: str, flags: list[str]) -> None:
     argv = ["init", str(project), *[str(sandbox / "imgs") if f == "DATA" else f for f in flags]]
     before = _tree(sandbox)
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("error")              # a warning would reach the user's terminal: a bug
         code = main(argv)
     try:
         assert code in DOCUMENTED and code != 70, (argv, err.getvalue())
