@@ -194,7 +194,8 @@ def _images(files, spec: dict, src: DataSource) -> tuple[np.ndarray, list[tuple[
     sizes, deep = [], 0
     for i, (path, _) in enumerate(files):
         try:
-            with open_image(path) as im:
+            with open_image(path) as im, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=UserWarning, module="PIL")   # palette notes
                 sizes.append(im.size)
                 deep += im.mode in SIXTEEN_BIT
                 arr = _pixels(im, c, (w, h), how)

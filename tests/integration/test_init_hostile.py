@@ -304,3 +304,15 @@ def test_a_program_input_name_the_build_refuses_is_refused_before_writing(tmp_pa
     res = run_cli("init", str(tmp_path / "p"), "--from-inference", str(tmp_path / "exp" / "inf"))
     _fails(res, "input name 'a\"b\\n[task]' is not one the build takes")
     assert not (tmp_path / "p").exists()
+
+
+def test_palette_pngs_with_transparency_print_no_warning(tmp_path):
+    """Pillow warns on converting them ("Palette images with Transparency ..."): not on init's stderr."""
+    data = tmp_path / "pal"
+    data.mkdir()
+    for i in range(3):
+        im = Image.new("P", (8, 8))
+        im.putpalette([0, 0, 0, 255, 255, 255] * 128)
+        im.save(data / f"{i}.png", transparency=b"\x00\x80")
+    res = run_cli("init", str(tmp_path / "p"), "--factory", "m:Net", "--input", "x:-1,3,8,8", "--data", str(data))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
