@@ -316,3 +316,13 @@ def test_palette_pngs_with_transparency_print_no_warning(tmp_path):
         im.save(data / f"{i}.png", transparency=b"\x00\x80")
     res = run_cli("init", str(tmp_path / "p"), "--factory", "m:Net", "--input", "x:-1,3,8,8", "--data", str(data))
     assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_array_files_disagreeing_on_a_free_dimension_are_one_line(tmp_path):
+    data = tmp_path / "arrs"
+    data.mkdir()
+    np.save(data / "a.npy", np.zeros((3, 1, 8), "float32"))
+    np.save(data / "b.npy", np.zeros((3, 1, 16), "float32"))
+    _fails(run_cli("init", str(tmp_path / "p"), "--factory", "m:Net", "--input", "x:-1,1,-1", "--data", str(data)),
+           "b.npy's 'x' has samples of shape [1, 16], an earlier file [1, 8]")
+    assert not (tmp_path / "p").exists()
