@@ -58,8 +58,9 @@ def invocations(draw) -> tuple[str, list[str]]:
         how = draw(st.sampled_from(["skip", "fine", "skip", "hostile", "skip", "skip", "fine", "skip"]))
         if how != "skip":
             flags += [flag, draw(values if how == "hostile" else fine[flag])]
-    if draw(st.booleans()):
-        flags += ["--data", "DATA"]
+    data = draw(st.sampled_from([None, "DATA", "ARRS"]))
+    if data:
+        flags += ["--data", data]
     return rel, flags
 
 
@@ -70,6 +71,9 @@ def sandbox(tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     for i in range(6):
         Image.fromarray(rng.integers(0, 256, (8, 8), dtype="uint8"), "L").save(root / "imgs" / f"{i}.png")
+    (root / "arrs").mkdir()
+    np.save(root / "arrs" / "batch.npy", rng.normal(size=(4, 1, 8, 8)).astype("float32"))
+    np.save(root / "arrs" / "one.npy", rng.integers(0, 9, size=(1, 8, 8)).astype("int64"))
     (root / "w").mkdir()
     return root
 
@@ -81,7 +85,8 @@ def _tree(root: Path) -> set[Path]:
 def _one(sandbox: Path, rel: str, flags: list[str]) -> None:
     rel = "/".join(p for p in rel.replace("\x00", "0").split("/") if p not in ("", ".", "..")) or "p"
     project = sandbox / "w" / rel
-    argv = ["init", str(project), *[str(sandbox / "imgs") if f == "DATA" else f for f in flags]]
+    folders = {"DATA": str(sandbox / "imgs"), "ARRS": str(sandbox / "arrs")}
+    argv = ["init", str(project), *[folders.get(f, f) for f in flags]]
     before = _tree(sandbox)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
