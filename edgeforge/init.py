@@ -326,8 +326,11 @@ def _init_project(root: Path, source: ModelSource, data: DataSource | None, *, n
             data.task = task
             files, task_keys, comments = _data(data, res)
         else:
+            labels = ("`labels` in the evaluation file" if task in (None, "classification")
+                      else f"the {task} labels of docs/task.md in the evaluation file")
+            again = "--data DIR" + ("" if task in (None, "classification") else f" --task {task} --labels L")
             res.missing.append(f"data: {CALIB} and {EVAL} (one array per input name, first axis = samples; "
-                               "`labels` in the evaluation file) or init again with --data DIR")
+                               f"{labels}) or init again with {again}")
         free = [s["name"] for s in res.inputs if _unranged(s)]
         if free:
             res.missing.append(f"the ranges of {', '.join(free)}'s free dimensions beyond the batch: add min_shape, "

@@ -40,6 +40,7 @@ RESAMPLE = ("bilinear", "nearest", "bicubic")
 MAX_IMAGE_PIXELS = 1 << 26          # 67 M pixels (8192 x 8192): refused from the header, never decoded
 MAX_SAMPLE_ELEMENTS = 1 << 26       # one sample of one input (a 4K RGB frame is 25 M)
 MAX_DATA_BYTES = 2 << 30            # everything init writes into the two .npz files
+MIN_STD = 1e-6                      # a smaller std in float32 is 0 or makes infinities
 SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
@@ -133,9 +134,10 @@ def _per_channel(text: str | None, c: int, what: str) -> np.ndarray | None:
         raise ConfigError(f"--{what} {text!r}: give numbers separated by commas") from None
     if len(vals) == 1:
         vals = vals * c
-    bad = not all(math.isfinite(v) and abs(v) <= 1000 for v in vals) or (what == "std" and min(vals) <= 0)
+    bad = not all(math.isfinite(v) and abs(v) <= 1000 for v in vals) or (what == "std" and min(vals) < MIN_STD)
     if len(vals) != c or bad:
-        raise ConfigError(f"--{what} {text!r}: give 1 or {c} finite value(s)" + (", each > 0" if what == "std" else ""))
+        raise ConfigError(f"--{what} {text!r}: give 1 or {c} finite value(s), at most 1000"
+                          + (f", each >= {MIN_STD:g}" if what == "std" else ""))
     return np.asarray(vals, dtype="float32")
 
 
@@ -192,7 +194,8 @@ def _images(files, spec: dict, src: DataSource) -> tuple[np.ndarray, list[tuple[
     sizes, deep = [], 0
     for i, (path, _) in enumerate(files):
         try:
-            with open_image(path) as im:
+            with open_image(path) as im, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=UserWarning, module="PIL")   # palette notes
                 sizes.append(im.size)
                 deep += im.mode in SIXTEEN_BIT
                 arr = _pixels(im, c, (w, h), how)
@@ -291,7 +294,12 @@ def _plan_arrays(files, inputs: list[dict]) -> list[int]:
                 raise ConfigError(f"--data: {path.name}: the arrays disagree on the number of samples")
             n = rows
             totals[s["name"]][0] += rows
-            totals[s["name"]][1] = list(shape[-(len(s["shape"]) - 1):]) if len(s["shape"]) > 1 else []
+            sample = list(shape[-(len(s["shape"]) - 1):]) if len(s["shape"]) > 1 else []
+            if totals[s["name"]][1] is not None and totals[s["name"]][1] != sample:
+                raise ConfigError(f"--data: {path.name}'s '{s['name']}' has samples of shape {sample}, an earlier "
+                                  f"file {totals[s['name']][1]}", hint="one size per free dimension: the samples "
+                                  "of an input are stacked into one array")
+            totals[s["name"]][1] = sample
         counts.append(n)
     for s in inputs:
         _size_check(totals[s["name"]][0], totals[s["name"]][1], s["dtype"], f"input '{s['name']}'")
@@ -302,8 +310,10 @@ def _arrays(files, inputs: list[dict], root: Path) -> Samples:
     counts = _plan_arrays(files, inputs)
     got: dict[str, list[np.ndarray]] = {s["name"]: [] for s in inputs}
     sources: list[str] = []
-    for (path, _), n in zip(files, counts):
+    labels: list[int] = []
+    for (path, label), n in zip(files, counts):
         rel = path.relative_to(root).as_posix()
+        labels += [-1 if label is None else label] * n
         try:
             if path.suffix.lower() == ".npy":
                 loaded = {inputs[0]["name"]: np.load(path, allow_pickle=False)}
@@ -318,7 +328,7 @@ def _arrays(files, inputs: list[dict], root: Path) -> Samples:
             single = a.ndim == len(s["shape"]) - 1
             got[s["name"]].append(_cast(a[None] if single else a, s, f"{path.name}'s '{s['name']}'"))
         sources += [rel] if single else [f"{rel}#{i}" for i in range(n)]
-    return Samples({k: np.concatenate(v) for k, v in got.items()}, sources)
+    return Samples({k: np.concatenate(v) for k, v in got.items()}, sources, classes=np.asarray(labels, "int64"))
 
 
 def _split(labels: np.ndarray | None, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -364,9 +374,8 @@ def _read(src: DataSource, inputs: list[dict], root: Path, report: DataReport) -
                                "(docs/task.md)")
     got = _arrays(files, inputs, root)
     report.preprocessing = "arrays as stored (cast to the input dtype), no resize or scaling"
-    if classes:
-        counts = [sum(1 for s in got.sources if s.split("#")[0] == p.relative_to(root).as_posix()) for p, _ in files]
-        got.classes = np.repeat([lab for _, lab in files], counts).astype("int64")
+    if not classes:
+        got.classes = None
     return got
 
 

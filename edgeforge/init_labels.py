@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .config import describe
 from .errors import ConfigError
 from .init_data import Samples, _image_layout, open_image
+from .task.labels import check_labels
 
 MAX_LABEL_BYTES = 256 << 20
 IGNORE = 255
@@ -235,8 +236,18 @@ def task_labels(kind: str, labels: str | None, got: Samples, spec: dict, charset
                 "ctc": "FILE of path<TAB>text lines"}[kind]
         raise ConfigError(f"--task {kind} needs its labels: --labels {what}")
     path = Path(labels).expanduser()
-    if kind == "detection":
-        return _coco(path, got, spec)
-    if kind == "segmentation":
-        return _masks(path, got, spec)
-    return _ctc(path, got, charset)
+    out = (_coco(path, got, spec) if kind == "detection" else _masks(path, got, spec) if kind == "segmentation"
+           else _ctc(path, got, charset))
+    take = out.take
+
+    def checked(idx: np.ndarray) -> dict:
+        """The rows, checked as the build's evaluation reader checks them."""
+        rows = take(idx)
+        try:
+            check_labels(kind, rows, len(idx))
+        except ValueError as exc:
+            raise ConfigError(f"--labels {path}: {exc}") from None
+        return rows
+
+    out.take = checked
+    return out

@@ -7,7 +7,7 @@ from ._common import nonneg_int, numbers, points
 
 # [0, 1]-scaled pixels: a mean or std beyond these is a typo, not a normalisation
 means = numbers(float, "means", at_least=-1000, at_most=1000, allow_zero=True, as_text=True)
-stds = numbers(float, "standard deviations", at_least=0, at_most=1000, as_text=True)
+stds = numbers(float, "standard deviations", at_least=1e-6, allow_zero=True, at_most=1000, as_text=True)
 
 
 def register(sub) -> None:
