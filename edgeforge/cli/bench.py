@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 
 from ..errors import ConfigError, ExitCode, FleetFailed, GateFailed
 from ..report import fmt
@@ -113,11 +114,20 @@ def cmd_bench(args) -> int:
 def _bench_one(args) -> int:
     from ..device.measure.pick import bench
 
-    with step_progress(args.quiet) as on_step:
-        opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile,
-                            end_to_end=args.end_to_end)
-        outcome = bench(args.build_dir[0], args.device, opts, on_step=on_step)
-    return _report_one(args, outcome)
+    outcome = None
+    try:
+        with step_progress(args.quiet) as on_step:
+            opts = bench_options(args, threads=args.threads, power_mode=args.power_mode, profile=args.profile,
+                                end_to_end=args.end_to_end)
+            outcome = bench(args.build_dir[0], args.device, opts, on_step=on_step)
+        return _report_one(args, outcome)
+    except KeyboardInterrupt as exc:
+        if outcome is None:
+            raise
+        from ..device.link.interrupt import after_the_run      # the result is written: say where
+
+        raise after_the_run("bench", args.device, getattr(exc, "signum", None) or signal.SIGINT,
+                            outcome.path) from None
 
 
 def _report_one(args, outcome) -> int:

@@ -59,7 +59,7 @@ def _state(inv):
     (lambda d: _step(d, "resize").__setitem__("size", [60000, 60000]),
      "field preprocess.1.size.0: Input should be less than or equal to 8192"),
     (lambda d: d["postprocess"].__setitem__("op", "argmax"), "field postprocess.op: unknown op 'argmax'"),
-])
+], ids=["unknown-step", "two-value-mean", "60000-resize", "unknown-post-op"])
 def test_a_pipeline_the_runner_cannot_use_is_refused_on_the_host(cli, lab, photo_build, tmp_path, edit, says):
     build = _crafted(photo_build, tmp_path, edit)
     inv = lab.inventory(python=sys.executable)       # the host venv's Python: Pillow

@@ -188,3 +188,27 @@ def test_every_project_table_with_hostile_values_longer(text):
 @given(hostile(RICH_DEVICES))
 def test_devices_toml_with_hostile_values_longer(text):
     _devices_case(text)
+
+
+LAB_DEVICES = RICH_DEVICES + """
+[labgrid]
+coordinator = "127.0.0.1:{port}"
+where = {{ board = "rpi4" }}
+
+[labgrid.defaults.rpi4]
+target = "rpi4"
+python = "python3"
+workdir = "/home/pi/edgeforge/{{place}}"
+identity = "~/.ssh/lab_ed25519"
+"""
+
+
+@pytest.mark.slow
+@settings(SETTINGS, max_examples=30)
+@given(st.data())
+def test_a_labgrid_table_with_hostile_values(data):
+    """Its coordinator does not answer (a closed loopback port): the lab's error or the table's
+    own, never more (each example runs the real labgrid client: about a second)."""
+    from edgeforge.device.provision.localsshd import free_port
+
+    _devices_case(data.draw(hostile(LAB_DEVICES.format(port=free_port()))))

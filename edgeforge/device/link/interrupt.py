@@ -110,3 +110,10 @@ def interrupted(bench, signum: int | None = None) -> Interrupted:
     except Exception as exc:  # noqa: BLE001 - the interrupt is the story; say why nothing was kept
         return Interrupted(head, hint=f"what was measured could not be written: {exc}")
     return Interrupted(head, hint=f"what was measured so far is in {path}")
+
+
+def after_the_run(command: str, device: str, signum: int | None, path) -> Interrupted:
+    """A stop signal once the run had finished and its result was written (the lease released):
+    exit 130 naming the result, which is whole."""
+    return Interrupted(f"{command} on {device} interrupted ({signal_label(signum)}) after the run",
+                       hint=f"the run had finished: its result is in {path}")

@@ -191,15 +191,18 @@ def render_device_toml(dev: Device) -> str:
     return "\n".join(lines) + "\n"
 
 
-def select_devices(inv: Inventory, selector: str) -> list[Device]:
+def select_devices(inv: Inventory, selector: str, lab_down_ok: bool = False) -> list[Device]:
     """Devices named by ``selector``: ``all``, or a comma-separated list of tags and device names
-    (their union, in inventory order). An item that is neither a tag nor a name is an error."""
+    (their union, in inventory order). An item that is neither a tag nor a name is an error.
+    A ``[labgrid]`` coordinator that does not answer is its error (exit 4) wherever the lab's
+    devices may be meant, never a silent drop: ``lab_down_ok`` lets ``all`` give the static
+    devices (a caller that reports the lab's failure itself, as fleet bench does)."""
     items = [s.strip() for s in str(selector).split(",") if s.strip()]
     if not items:
         raise ConfigError("--devices needs a tag, a device name or 'all'")
     lab_down = inv.lab.error if inv.lab is not None else None
     if "all" in items:
-        if not inv.devices and lab_down is not None:
+        if lab_down is not None and not (lab_down_ok and inv.devices):
             raise lab_down
         if not inv.devices:
             raise ConfigError(f"no devices in {inv.path}")

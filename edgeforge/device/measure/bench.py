@@ -32,7 +32,7 @@ from ...results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ...results.stats import summarize
 from ...task.drift import drift_task, wants_outputs
 from ...stop_signals import signals_held_once
-from ..link.interrupt import StopOnSignal, interrupted, signal_label, stop_runner
+from ..link.interrupt import StopOnSignal, after_the_run, interrupted, stop_runner
 from ..link.inventory import Device
 from ..link.lease import Lease, iso
 from ..link.settings import (
@@ -345,8 +345,7 @@ class Bench:
         with signals_held_once(self.measured) as held:
             outcome = self._run_session(files, digests)
         if held:
-            raise Interrupted(f"{self.command} on {self.device.name} interrupted ({signal_label(held[0])}) "
-                              f"{self.progress()}", hint=f"the run had finished: its result is in {outcome.path}")
+            raise after_the_run(self.command, self.device.name, held[0], outcome.path)
         return outcome
 
     def _run_session(self, files: dict[str, Path], digests: dict[str, str]) -> BenchOutcome:

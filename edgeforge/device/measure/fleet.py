@@ -122,7 +122,7 @@ def plan(build_dirs, selector: str | None, inventory=None, where: dict | None = 
                               hint="the build was modified; rebuild it")
         builds.append((p, m))
     inv = load_inventory(inventory)
-    devices = select_where(inv, where) if where else select_devices(inv, selector)
+    devices = select_where(inv, where) if where else select_devices(inv, selector, lab_down_ok=True)
     if where:
         selector = "--where " + " ".join(f"{k}={v}" for k, v in where.items())
     lab_run = _lab_down(inv, selector) if not where else None
