@@ -169,11 +169,11 @@ def host_verdict(m: dict):
     sp = m.get("int8_vs_fp32")
     if not sp:
         return None
-    from ..report.compare import compare_samples
+    from ..report.int8_procedure import decide
     from ..report.verdict import int8_verdict
 
     v = m["verify"]
-    c = compare_samples(sp["fp32_samples_ms"], sp["int8_samples_ms"], labels=("fp32", "int8"))
+    c = decide(sp["fp32_samples_ms"], sp["int8_samples_ms"])
     drop = v.get("accuracy_drop")
     return int8_verdict(c, accuracy_drop=drop, cosine=None if drop is not None else v.get("cosine"),
                         within_budget=v["status"] == "passed" if v.get("runtime") else None,

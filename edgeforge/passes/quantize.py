@@ -403,6 +403,7 @@ class OnnxQuantizePass(Pass):
 
         from ..quant.budget import alternatives_within, float_regions
         from ..quant.speed import NOTE, interleaved, p50
+        from ..report.int8_procedure import decide_after_selection
 
         model, plain = models
         feeds, labels, reference = data
@@ -437,6 +438,9 @@ class OnnxQuantizePass(Pass):
         samples = interleaved(timed, feeds, threads=threads)
         best = min(options, key=lambda k: p50(samples[k]))
         model, keep, m = options[best]
+        # picked as the fastest of several: fresh rounds decide (report/int8_procedure.py)
+        retime = (lambda: interleaved({"fp32": fp32, "int8": model}, feeds, threads=threads)) if len(options) > 1 else None
+        decided, fresh = decide_after_selection(samples, best, retime)
         if ab:
             ab["speed"] = [{"variant": k, "float_layers": len(timed_keep),
                             "regions": float_regions(timed_keep, order), "p50_ms": round(p50(samples[k]), 4),
@@ -447,11 +451,11 @@ class OnnxQuantizePass(Pass):
             if best != "int8":
                 ab.update(keep_float=keep, final=m, final_drop=m["accuracy_drop"])
                 meta["keep_float"] = list(keep)
-        meta["int8_vs_fp32"] = {"fp32_samples_ms": [round(x, 5) for x in samples["fp32"]],
-                                "int8_samples_ms": [round(x, 5) for x in samples[best]],
+        meta["int8_vs_fp32"] = {"fp32_samples_ms": [round(x, 5) for x in decided["fp32"]],
+                                "int8_samples_ms": [round(x, 5) for x in decided["int8"]],
                                 "plain_int8_p50_ms": round(p50(samples["plain int8"]), 4) if plain else None,
-                                "fp32_p50_ms": round(p50(samples["fp32"]), 4),
-                                "int8_p50_ms": round(p50(samples[best]), 4),
+                                "fp32_p50_ms": round(p50(decided["fp32"]), 4), "int8_p50_ms": round(p50(decided["int8"]), 4),
+                                "selected_from": len(options), "retimed": fresh,
                                 "threads": threads, "note": NOTE}
         return model
 
