@@ -74,7 +74,7 @@ def test_the_fastest_of_several_is_decided_on_fresh_rounds():
         biased += np.median(s[best]) < np.median(s["fp32"])
         calls = []
 
-        def retime(seed=seed):
+        def retime(seed=seed, calls=calls):
             calls.append(1)
             r = rounds({"fp32": 1.0, "int8": 1.0}, seed=1000 + seed)
             return {"fp32": r["fp32"], "int8": r["int8"]}
