@@ -92,6 +92,12 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
             shown = ", ".join(ab["keep_float"][:6]) + (", …" if len(ab["keep_float"]) > 6 else "")
             msg += f" ({shown})"
         msg += float_cost(ab.get("cost") or {})
+        tried = ab["attempts"]
+        msg += (f"; search: {len(tried)} candidate(s), {sum(1 for a in tried if a.get('screened'))} "
+                f"ruled out on a subset, {ab.get('seconds', 0):.0f}s")
+        if ab.get("stopped") == "max_seconds":
+            msg += (f", stopped at max_seconds {ab.get('max_seconds'):g}: "
+                    + ("the best within the budget ships" if ab["met"] else "none within the budget"))
         from rich.markup import escape
 
         con.print(escape(msg) if ab["met"] else f"[red]{escape(msg)} — budget still missed[/red]",

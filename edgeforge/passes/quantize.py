@@ -23,6 +23,7 @@ from pydantic import Field
 from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
 from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES
+from ..quant.screen import head, search_limits, weight_bytes
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
@@ -38,6 +39,7 @@ class QuantConfig(PassConfig):
     min_cosine: float = Field(0.99, gt=0, le=1)  # the budget when the evaluation set has no labels
     calibration_search: bool = False
     float_fallback: bool = True                 # on a budget miss: other calibrations, then float layers
+    max_seconds: Optional[float] = Field(None, gt=0)   # the float-layer search's wall time (quant/screen.py)
     algo_fixed: bool = False                    # --calibration given: the fallback keeps that algorithm
     data_digest: str = ""           # sha256 of the calibration file: new data, new cache key
     eval_digest: str = ""           # sha256 of the evaluation file (budget and search use it)
@@ -137,7 +139,7 @@ class PaddlePTQPass(Pass):
 
         # Paddle Inference on the fake-quant program simulates the INT8 arithmetic on the host.
         model, meta, plain = search_and_fit(
-            cfg, ctx, quantize, predict=lambda m: paddle_inference(m, feeds),
+            cfg, ctx, quantize, predict=lambda m, n=None: paddle_inference(m, head(feeds, n)),
             reference=lambda: paddle_inference(inp.path, feeds), labels=labels,
             rank=lambda m: paddle_rank(inp.path, m, {k: v[:64] for k, v in feeds.items()}),
             layers=lambda: len(paddle_layers(inp.path)))
@@ -194,7 +196,9 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
         return quantize(algo, list(cfg.keep_float)), meta, None
     others = () if (cfg.calibration_search or cfg.algo_fixed) else tuple(a for a in CANDIDATE_ALGOS if a != algo)
     model, fit = fit_budget(quantize, lambda m: budget.measure(predict(m), float_out, labels), rank, budget,
-                            (algo, *others), list(cfg.keep_float), quantizable_layers=layers())
+                            (algo, *others), list(cfg.keep_float),
+                            search_limits(cfg.max_seconds, budget, ctx.log, predict, float_out, labels),
+                            quantizable_layers=layers())
     if fit.met and fit.attempts[0] is not fit.attempts[-1]:
         ctx.log(f"accuracy budget ({budget.describe()}): {fit.algo}, {len(fit.keep_float)} layer(s) in float, "
                 f"{budget.figure(fit.final)}")
@@ -339,7 +343,7 @@ class OnnxQuantizePass(Pass):
                 return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep, ranges,
                                       op_types)
             return quantize, search_and_fit(
-                cfg, ctx, quantize, predict=lambda m: runner_outputs(m, feeds, arith),
+                cfg, ctx, quantize, predict=lambda m, n=None: runner_outputs(m, head(feeds, n), arith),
                 reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
                 rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
 
@@ -376,7 +380,7 @@ class OnnxQuantizePass(Pass):
         quantized (docs/conformance.md, 2026-12-03). Records ``accuracy_budget.op_sets``."""
         narrow = list(INT8_KERNEL_OP_TYPES)
         ctx.log(f"accuracy budget: fitting again with only {', '.join(narrow)} quantized")
-        weights = _weight_bytes(pre)
+        weights = weight_bytes(pre, ONNX_QUANTIZABLE)
         fits = []                          # (op set, (quantize, (model, meta, plain)), record)
         for ops, done in ((None, first), (narrow, fit(narrow))):
             meta = done[1][1]
@@ -416,7 +420,7 @@ class OnnxQuantizePass(Pass):
             # an INT8 model in substance: a speed alternative adds at most ALT_MAX_FLOAT_SHARE of
             # the weights in float (shufflenet_v2, 7-bit scheme: 30 -> 49 float layers was 14 %
             # faster on the host and 1.6 MB larger, 31 % of its weights)
-            within, beyond = alternatives_within(keep, order, list(self.config.keep_float), _weight_bytes(fp32),
+            within, beyond = alternatives_within(keep, order, list(self.config.keep_float), weight_bytes(fp32, ONNX_QUANTIZABLE),
                                                  ALT_MAX_FLOAT_SHARE)
             for alt in beyond:
                 ctx.log(f"accuracy budget: not timing {len(alt)} float layer(s): more than "
@@ -462,16 +466,6 @@ class OnnxQuantizePass(Pass):
 
 ONNX_QUANTIZABLE = tuple(INT8_KERNEL_OP_TYPES)     # the layers the budget keeps in float or INT8
 ALT_MAX_FLOAT_SHARE = 0.10       # _fastest: float weights a speed alternative may add (share of all)
-
-
-def _weight_bytes(path: Path) -> dict[str, int]:
-    """Float bytes of each quantizable node's weight initializer (its second input)."""
-    import onnx
-
-    graph = onnx.load(str(path)).graph
-    sizes = {t.name: 4 * int(np.prod(t.dims)) for t in graph.initializer}
-    return {n.name: sizes.get(n.input[1], 0) for n in graph.node
-            if n.op_type in ONNX_QUANTIZABLE and len(n.input) > 1}
 
 
 def _onnx_nodes(path: Path):
