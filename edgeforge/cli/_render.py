@@ -80,7 +80,7 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
         con.print(f"program route: {fallback['to']} (the {fallback['from']} route failed: "
                   f"{fallback['reason'][:200]})", style="yellow", markup=False, soft_wrap=False)
     ab = m.get("accuracy_budget")
-    if ab and len(ab.get("attempts") or []) > 1:
+    if ab and (len(ab.get("attempts") or []) > 1 or ab.get("stopped")):
         def fig(r):
             return (f"drop {r['accuracy_drop']:.2f} points" if ab.get("criterion", "accuracy_drop") == "accuracy_drop"
                     else f"cosine {r['cosine']:.4f}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -337,13 +338,16 @@ class OnnxQuantizePass(Pass):
         # the INT8 arithmetic that judges every attempt: the target's, not the host CPU's (quant.arithmetic)
         arith = host_arithmetic(ctx.target, ctx.backend)
 
+        t0 = time.monotonic()          # one max_seconds for every fit of this pass (_narrower fits twice)
+
         def fit(op_types):
             def quantize(algo: str, keep: list[str]) -> Path:
                 ctx.log(f"onnxruntime quantize_static ({algo}, {len(keep)} layers in float)")
                 return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep, ranges,
                                       op_types)
+            left = None if cfg.max_seconds is None else max(1.0, cfg.max_seconds - (time.monotonic() - t0))
             return quantize, search_and_fit(
-                cfg, ctx, quantize, predict=lambda m, n=None: runner_outputs(m, head(feeds, n), arith),
+                cfg.model_copy(update={"max_seconds": left}), ctx, quantize, predict=lambda m, n=None: runner_outputs(m, head(feeds, n), arith),
                 reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
                 rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
 
