@@ -98,6 +98,8 @@ def test_a_segmenter_bench_sends_its_artifact_and_8_mb_once(cli, lab, segmenter)
     runner = first["transfer"]["bytes_by_file"]["edgeforge_runner.py"]
     assert first["transfer"]["uploaded_bytes"] - runner - art <= 8 * MB, first["transfer"]
     assert first["drift"]["samples"] == ref["samples"]
+    for k in ("max_abs_error", "mean_abs_error", "cosine"):      # verify's figures on the same samples
+        assert first["drift"][k] == pytest.approx(ref["host_drift"][k], abs=1e-6), k
     assert first["drift"]["task"]["metric"] == "miou_vs_float" and first["drift"]["task"]["artifact"] > 0.99
     assert first["drift"]["task"]["samples"] == ref["samples"]
     # the same build again: nothing; the INT8 build: its artifact only (the reference is linked)
