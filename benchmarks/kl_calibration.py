@@ -133,15 +133,16 @@ def onnx_goals(repeat: int = 1) -> int:
         ref = predict_all(onnx_predictor(fp32), feeds)
         cos = {k: drift_metrics(predict_all(onnx_predictor(p), feeds), ref)["cosine"] for k, p in models.items()}
         times = interleaved({"fp32": fp32, **models}, feeds, threads=2)
+        size = {k: p.stat().st_size / 1e6 for k, p in {"fp32": fp32, **models}.items()}
     kl, ab = min(secs["KL"]), min(secs["abs_max"])
     print(f"MobileNetV2 on digits ({facts.get('size')}x{facts.get('size')}, float accuracy "
           f"{facts.get('float_accuracy', float('nan')):.3f}), ONNX path, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}")
     print(f"{'method':<22} {'calib s':>8} {'cosine':>8} {'p50 ms':>7} {'size MB':>8}")
     calib = {"edgeforge KL": kl, "edgeforge abs_max": ab, "onnxruntime Entropy": ort_s}
-    for k, p in models.items():
-        print(f"{k:<22} {calib[k]:8.2f} {cos[k]:8.4f} {p50(times[k]):7.3f} {p.stat().st_size / 1e6:8.2f}")
-    print(f"{'fp32':<22} {'-':>8} {1.0:8.4f} {p50(times['fp32']):7.3f} {fp32.stat().st_size / 1e6:8.2f}")
+    for k in models:
+        print(f"{k:<22} {calib[k]:8.2f} {cos[k]:8.4f} {p50(times[k]):7.3f} {size[k]:8.2f}")
+    print(f"{'fp32':<22} {'-':>8} {1.0:8.4f} {p50(times['fp32']):7.3f} {size['fp32']:8.2f}")
     gap = cos["onnxruntime Entropy"] - cos["edgeforge KL"]
     ok_t, ok_c = kl / ab <= 1.5, gap <= 0.005
     print(f"KL / abs_max = {kl / ab:.2f}x (goal <= 1.5x: {'met' if ok_t else 'NOT met'}; all: "
