@@ -5,6 +5,15 @@ from sklearn's two sample photos, 4 batches of 8. One run, one table:
 
     .venv/bin/python benchmarks/kl_calibration.py                   # abs_max, KL-fast
     .venv/bin/python benchmarks/kl_calibration.py --with-reference  # + KL reference (~5 min)
+    .venv/bin/python benchmarks/kl_calibration.py --onnx            # the ONNX path's goals (issue 47)
+
+--onnx checks the goals of issue 47 on the ONNX path, on a MobileNetV2 trained briefly on
+sklearn's digits (benchmarks/common.digits_project, the zoo's recipe: random weights make a deep
+BatchNorm net's INT8 cosine meaningless): edgeforge's KL against its abs_max (the quantize.onnx
+step's seconds, cold cache, no float-layer search; goal <= 1.5x), and against onnxruntime
+quantize_static (Entropy, its documented pre-processing, QDQ, per-channel) on the same
+calibration data: cosine to the float model on the evaluation images (goal: within 0.005),
+p50 (onnxruntime, batch 1, interleaved, spinning off) and size.
 
 Seconds are wall and process-CPU time (all threads) of one PostTrainingQuantization run
 (construct, quantize, save), after an untimed warm-up run; with --repeat N, abs_max and KL-fast
@@ -91,6 +100,57 @@ def run_ptq(model_dir: Path, out_dir: Path, batches, algo: str):
     return seconds, thresholds
 
 
+def onnx_goals(repeat: int = 1) -> int:
+    """Issue 47's KL goals on the ONNX path (see the module docstring); exit 1 if one is missed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import onnxruntime
+    from common import digits_project
+    from quantization import ort_entropy
+
+    from edgeforge import api
+    from edgeforge.quant.speed import interleaved, p50
+    from edgeforge.runner.edgeforge_runner import drift_metrics, onnx_predictor, predict_all
+
+    onnxruntime.set_default_logger_severity(3)         # its graph-cleaning warnings are not ours
+
+    with tempfile.TemporaryDirectory(prefix="ef-kl-") as tmp:
+        work = Path(tmp)
+        project, facts = digits_project(work / "mobilenet_v2", "mobilenet_v2")
+        with np.load(project / "data" / "eval.npz") as z:
+            feeds = {"x": z["x"]}
+        with np.load(project / "data" / "calib.npz") as z:
+            cal = [{"x": z["x"]}]
+        kw = dict(precision="int8", float_fallback=False, no_cache=True)
+        fp32 = api.build(project, "linux-x86", precision="fp32", out=work / "fp32").out_dir / "model.onnx"
+        secs: dict[str, list[float]] = {"KL": [], "abs_max": []}
+        for i in range(max(1, repeat)):
+            for algo in ("abs_max", "KL"):
+                m = api.build(project, "linux-x86", out=work / f"{algo}-{i}", algo=algo, **kw).manifest
+                secs[algo].append(sum(st["seconds"] for st in m["steps"] if st["pass"] == "quantize.onnx"))
+        ort_s, ort = ort_entropy(fp32, cal, work)
+        models = {"edgeforge KL": work / "KL-0" / "model.onnx", "edgeforge abs_max": work / "abs_max-0" / "model.onnx",
+                  "onnxruntime Entropy": ort}
+        ref = predict_all(onnx_predictor(fp32), feeds)
+        cos = {k: drift_metrics(predict_all(onnx_predictor(p), feeds), ref)["cosine"] for k, p in models.items()}
+        times = interleaved({"fp32": fp32, **models}, feeds, threads=2)
+        size = {k: p.stat().st_size / 1e6 for k, p in {"fp32": fp32, **models}.items()}
+    kl, ab = min(secs["KL"]), min(secs["abs_max"])
+    print(f"MobileNetV2 on digits ({facts.get('size')}x{facts.get('size')}, float accuracy "
+          f"{facts.get('float_accuracy', float('nan')):.3f}), ONNX path, {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}")
+    print(f"{'method':<22} {'calib s':>8} {'cosine':>8} {'p50 ms':>7} {'size MB':>8}")
+    calib = {"edgeforge KL": kl, "edgeforge abs_max": ab, "onnxruntime Entropy": ort_s}
+    for k in models:
+        print(f"{k:<22} {calib[k]:8.2f} {cos[k]:8.4f} {p50(times[k]):7.3f} {size[k]:8.2f}")
+    print(f"{'fp32':<22} {'-':>8} {1.0:8.4f} {p50(times['fp32']):7.3f} {size['fp32']:8.2f}")
+    gap = cos["onnxruntime Entropy"] - cos["edgeforge KL"]
+    ok_t, ok_c = kl / ab <= 1.5, gap <= 0.005
+    print(f"KL / abs_max = {kl / ab:.2f}x (goal <= 1.5x: {'met' if ok_t else 'NOT met'}; all: "
+          f"KL {', '.join(f'{x:.2f}' for x in secs['KL'])}, abs_max {', '.join(f'{x:.2f}' for x in secs['abs_max'])})")
+    print(f"cosine: onnxruntime Entropy - edgeforge KL = {gap:+.4f} (goal <= 0.005: {'met' if ok_c else 'NOT met'})")
+    return 0 if ok_t and ok_c else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--with-reference", action="store_true",
@@ -99,7 +159,11 @@ def main(argv=None) -> int:
                     help="time abs_max and KL-fast this many times each (best and median)")
     ap.add_argument("--keep-bytes", type=int, default=None,
                     help="fast_kl(keep_bytes=...): memory for kept activations (default: auto)")
+    ap.add_argument("--onnx", action="store_true",
+                    help="the ONNX path's goals on a digits-trained MobileNetV2 (issue 47)")
     args = ap.parse_args(argv)
+    if args.onnx:
+        return onnx_goals(args.repeat)
 
     import warnings
     warnings.filterwarnings("ignore")

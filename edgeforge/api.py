@@ -61,6 +61,7 @@ def plan_passes(project: Project, build: ResolvedBuild, route: str | None = None
     from .passes.lite import LiteConvertPass
     from .passes.onnx import OnnxConvertPass, OnnxFp16Pass
     from .passes.quantize import OnnxQuantizePass, PaddlePTQPass, QuantConfig
+    from .quant.budget import DEFAULT_MAX_SECONDS
     from .passes.verify import VerifyPass
 
     backend, precision, target = build.backend, build.precision, build.target
@@ -79,6 +80,8 @@ def plan_passes(project: Project, build: ResolvedBuild, route: str | None = None
                        max_accuracy_drop=build.max_accuracy_drop, min_cosine=build.min_cosine,
                        calibration_search=build.calibration_search,
                        float_fallback=build.float_fallback,
+                       max_seconds=(build.max_search_seconds or project.spec.quantization.max_seconds
+                                    or DEFAULT_MAX_SECONDS),
                        data_digest=_digest_or_empty(project.path(project.spec.data.calibration)),
                        eval_digest=eval_digest)
     vt = build.valid_targets

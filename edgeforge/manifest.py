@@ -114,6 +114,11 @@ class ReferenceDoc(_Strict):
     inputs: str
     outputs: str
     samples: Optional[int] = Field(None, ge=0)
+    evaluation_samples: Optional[int] = Field(None, ge=0)    # the host verified them all
+    raw_bytes: Optional[int] = Field(None, ge=0)
+    bytes: Optional[int] = Field(None, ge=0)                 # compressed: what the device gets
+    confidence: Optional[str] = Field(None, max_length=300)
+    host_drift: Optional[dict[str, Optional[float]]] = None  # verify's figures on the shipped samples
     images: Optional[list[str]] = Field(None, max_length=16)   # [preprocess] raw images: bench --end-to-end
 
 
@@ -155,6 +160,7 @@ class BuildMeta(BaseModel):
     num_eval_samples: Optional[int] = _internal()  # -> manifest.reference.samples
     artifact_sha256: Optional[str] = _internal()   # -> manifest.artifact.sha256 (recomputed)
     reference_images: list[str] = _internal([])    # -> manifest.reference.images
+    device_reference: Optional[dict[str, Any]] = _internal()  # -> manifest.reference (passes/reference_data.py)
 
     float_size_bytes: Optional[int] = None        # the float artifact, for the size ratio
     verify: dict[str, Any] = {}                   # verify's figures and status
@@ -210,6 +216,7 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
         "reference": {"inputs": "reference/eval_inputs.npz",
                       "outputs": "reference/float_outputs.npz",
                       "samples": meta.num_eval_samples,
+                      **(meta.device_reference or {}),
                       **({"images": meta.reference_images} if meta.reference_images else {})},
         "runtime": runtime,
         "target_profile": {"arch": target.hardware.arch, "soc": target.hardware.soc,

@@ -62,6 +62,7 @@ class BuildOptions(_Options):
     keep_float: Optional[list[str]] = None            # layers kept in float
     calibration_search: bool = False
     float_fallback: bool = True                       # on a missed budget: float layers
+    max_search_seconds: Optional[float] = Field(None, gt=0, le=86400, allow_inf_nan=False)  # None: the project's
     qat: Optional[bool] = None                        # --qat / --no-qat; None: [quantization.qat] auto
     prune: Optional[float] = Field(None, gt=0, le=0.95, allow_inf_nan=False)  # --prune: FLOPs share; None: [prune]
     legalize: bool = True
@@ -86,7 +87,7 @@ class BuildOptions(_Options):
                                else self.max_accuracy_drop),
             min_cosine=q.min_cosine if self.min_cosine is None else self.min_cosine,
             calibration_search=self.calibration_search, float_fallback=self.float_fallback,
-            qat=self.qat, prune=self.prune, legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir,
+            max_search_seconds=self.max_search_seconds, qat=self.qat, prune=self.prune, legalize=self.legalize, use_cache=not self.no_cache, cache_dir=self.cache_dir,
             remote_cache=self.remote_cache, remote_cache_mode=self.remote_cache_mode,
             remote_timeout=self.remote_timeout)
 
@@ -112,6 +113,7 @@ class ResolvedBuild:
     use_cache: bool
     cache_dir: PathLike | None
     remote_cache: str | None = None        # the remote cache (edgeforge.remote_cache resolves it)
+    max_search_seconds: float | None = None  # --max-search-seconds; None: [quantization] max_seconds
     remote_cache_mode: str | None = None
     remote_timeout: float | None = None
 

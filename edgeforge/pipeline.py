@@ -22,7 +22,7 @@ from .passes.base import Artifact, Pass, PassContext
 # Dotted paths into a pass's meta that hold host measurements ("*": every list item or key).
 # A pass adds its own with a ``measured`` class attribute.
 MEASURED = (
-    "int8_vs_fp32", "accuracy_budget.seconds", "accuracy_budget.speed.*.p50_ms",
+    "int8_vs_fp32", "accuracy_budget.seconds", "accuracy_budget.attempts.*.at_s", "accuracy_budget.speed.*.p50_ms",
     "accuracy_budget.cost.p50_ms", "accuracy_budget.cost.p50_ms_int8",
     "quantization.scheme.host_cpu_flags", "verify.host_cpu_flags", "qat.seconds",
 )

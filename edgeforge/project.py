@@ -151,6 +151,7 @@ class PruneSection(Strict):
 
 class QuantizationSection(Strict):
     qat: QatSection = Field(default_factory=QatSection)
+    max_seconds: Optional[float] = Field(None, gt=0, le=86400, allow_inf_nan=False)  # the INT8 search's wall time
 
 
 class TaskSection(Strict):

@@ -175,6 +175,9 @@ def add_build_flags(p, full: bool = True) -> None:
     p.add_argument("--calibration-search", action="store_true",
                    help="try KL, hist, mse and avg calibration; keep the best on the "
                         "evaluation set")
+    p.add_argument("--max-search-seconds", type=number(float, "seconds", at_most=86400), metavar="S",
+                   help="wall time of the INT8 float-layer search (default: [quantization] "
+                        "max_seconds, else 240); past it the best within the budget ships")
     p.add_argument("--no-fallback", action="store_true",
                    help="never keep layers in float; a missed accuracy budget fails the "
                         "build (exit 1)")
@@ -280,6 +283,8 @@ def build_options(args, **extra):
         given["legalize"] = not args.no_legalize
     if getattr(args, "qat", None) is not None:
         given["qat"] = args.qat
+    if getattr(args, "max_search_seconds", None) is not None:
+        given["max_search_seconds"] = args.max_search_seconds
     if getattr(args, "prune", None) is not None:
         given["prune"] = args.prune
     for flag in ("remote_cache", "remote_cache_mode", "remote_timeout"):

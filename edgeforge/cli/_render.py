@@ -93,7 +93,7 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
         con.print(f"program route: {fallback['to']} (the {fallback['from']} route failed: "
                   f"{fallback['reason'][:200]})", style="yellow", markup=False, soft_wrap=False)
     ab = m.get("accuracy_budget")
-    if ab and len(ab.get("attempts") or []) > 1:
+    if ab and (len(ab.get("attempts") or []) > 1 or ab.get("stopped")):
         def fig(r):       # the budget's own measure: points of accuracy or of the task metric, or cosine
             return (f"drop {r['accuracy_drop']:.2f} points" if r.get("accuracy_drop") is not None
                     and ab.get("criterion", "accuracy_drop") != "cosine" else f"cosine {r['cosine']:.4f}")
@@ -105,6 +105,12 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
             shown = ", ".join(ab["keep_float"][:6]) + (", …" if len(ab["keep_float"]) > 6 else "")
             msg += f" ({shown})"
         msg += float_cost(ab.get("cost") or {})
+        tried = ab["attempts"]
+        msg += (f"; search: {len(tried)} candidate(s), {sum(1 for a in tried if a.get('screened'))} "
+                f"ruled out on a subset, {ab.get('seconds', 0):.0f}s")
+        if ab.get("stopped") == "max_seconds":
+            msg += (f", stopped at max_seconds {ab.get('max_seconds'):g}: "
+                    + ("the best within the budget ships" if ab["met"] else "none within the budget"))
         from rich.markup import escape
 
         con.print(escape(msg) if ab["met"] else f"[red]{escape(msg)} — budget still missed[/red]",
@@ -183,13 +189,13 @@ def host_verdict(m: dict):
     sp = m.get("int8_vs_fp32")
     if not sp:
         return None
-    from ..report.compare import compare_samples
+    from ..report.int8_procedure import decide
     from ..report.verdict import int8_verdict
 
     from ..report.figure import task_figure
 
     v = m["verify"]
-    c = compare_samples(sp["fp32_samples_ms"], sp["int8_samples_ms"], labels=("fp32", "int8"))
+    c = decide(sp["fp32_samples_ms"], sp["int8_samples_ms"])
     fig = task_figure(v)
     drop = fig.drop if fig is not None else None
     return int8_verdict(c, accuracy_drop=drop, cosine=None if drop is not None else v.get("cosine"),

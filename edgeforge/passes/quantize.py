@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -24,6 +25,7 @@ from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
 from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES
 from ..quant.ptq_weights import ptq_class, record_odd_weights
+from ..quant.screen import head, search_limits, weight_bytes
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
@@ -39,6 +41,7 @@ class QuantConfig(PassConfig):
     min_cosine: float = Field(0.99, gt=0, le=1)  # the budget when the evaluation set has no labels
     calibration_search: bool = False
     float_fallback: bool = True                 # on a budget miss: other calibrations, then float layers
+    max_seconds: Optional[float] = Field(None, gt=0)   # the float-layer search's wall time (quant/screen.py)
     algo_fixed: bool = False                    # --calibration given: the fallback keeps that algorithm
     data_digest: str = ""           # sha256 of the calibration file: new data, new cache key
     eval_digest: str = ""           # sha256 of the evaluation file (budget and search use it)
@@ -140,7 +143,7 @@ class PaddlePTQPass(Pass):
 
         # Paddle Inference on the fake-quant program simulates the INT8 arithmetic on the host.
         model, meta, plain = search_and_fit(
-            cfg, ctx, quantize, predict=lambda m: paddle_inference(m, feeds),
+            cfg, ctx, quantize, predict=lambda m, n=None: paddle_inference(m, head(feeds, n)),
             reference=lambda: paddle_inference(inp.path, feeds), labels=labels,
             rank=lambda m: paddle_rank(inp.path, m, {k: v[:64] for k, v in feeds.items()}),
             layers=lambda: len(paddle_layers(inp.path)))
@@ -195,7 +198,9 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
         return quantize(algo, list(cfg.keep_float)), meta, None
     others = () if (cfg.calibration_search or cfg.algo_fixed) else tuple(a for a in CANDIDATE_ALGOS if a != algo)
     model, fit = fit_budget(quantize, lambda m: budget.measure(predict(m), float_out, labels), rank, budget,
-                            (algo, *others), list(cfg.keep_float), quantizable_layers=layers())
+                            (algo, *others), list(cfg.keep_float),
+                            search_limits(cfg.max_seconds, budget, ctx.log, predict, float_out, labels),
+                            quantizable_layers=layers())
     if fit.met and fit.attempts[0] is not fit.attempts[-1]:
         ctx.log(f"accuracy budget ({budget.describe()}): {fit.algo}, {len(fit.keep_float)} layer(s) in float, "
                 f"{budget.figure(fit.final)}")
@@ -337,13 +342,16 @@ class OnnxQuantizePass(Pass):
         # the INT8 arithmetic that judges every attempt: the target's, not the host CPU's (quant.arithmetic)
         arith = host_arithmetic(ctx.target, ctx.backend)
 
+        t0 = time.monotonic()          # one max_seconds for every fit of this pass (_narrower fits twice)
+
         def fit(op_types):
             def quantize(algo: str, keep: list[str]) -> Path:
                 ctx.log(f"onnxruntime quantize_static ({algo}, {len(keep)} layers in float)")
                 return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep, ranges,
                                       op_types)
+            left = None if cfg.max_seconds is None else max(1.0, cfg.max_seconds - (time.monotonic() - t0))
             return quantize, search_and_fit(
-                cfg, ctx, quantize, predict=lambda m: runner_outputs(m, feeds, arith),
+                cfg.model_copy(update={"max_seconds": left}), ctx, quantize, predict=lambda m, n=None: runner_outputs(m, head(feeds, n), arith),
                 reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
                 rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
 
@@ -381,7 +389,7 @@ class OnnxQuantizePass(Pass):
         quantized (docs/conformance.md, 2026-12-03). Records ``accuracy_budget.op_sets``."""
         narrow = list(INT8_KERNEL_OP_TYPES)
         ctx.log(f"accuracy budget: fitting again with only {', '.join(narrow)} quantized")
-        weights = _weight_bytes(pre)
+        weights = weight_bytes(pre, ONNX_QUANTIZABLE)
         fits = []                          # (op set, (quantize, (model, meta, plain)), record)
         for ops, done in ((None, first), (narrow, fit(narrow))):
             meta = done[1][1]
@@ -408,6 +416,7 @@ class OnnxQuantizePass(Pass):
 
         from ..quant.budget import alternatives_within, float_regions
         from ..quant.speed import NOTE, interleaved, p50
+        from ..report.int8_procedure import decide_after_selection
 
         model, plain = models
         feeds, labels, reference = data
@@ -420,7 +429,7 @@ class OnnxQuantizePass(Pass):
             # an INT8 model in substance: a speed alternative adds at most ALT_MAX_FLOAT_SHARE of
             # the weights in float (shufflenet_v2, 7-bit scheme: 30 -> 49 float layers was 14 %
             # faster on the host and 1.6 MB larger, 31 % of its weights)
-            within, beyond = alternatives_within(keep, order, list(self.config.keep_float), _weight_bytes(fp32),
+            within, beyond = alternatives_within(keep, order, list(self.config.keep_float), weight_bytes(fp32, ONNX_QUANTIZABLE),
                                                  ALT_MAX_FLOAT_SHARE)
             for alt in beyond:
                 ctx.log(f"accuracy budget: not timing {len(alt)} float layer(s): more than "
@@ -442,6 +451,9 @@ class OnnxQuantizePass(Pass):
         samples = interleaved(timed, feeds, threads=threads)
         best = min(options, key=lambda k: p50(samples[k]))
         model, keep, m = options[best]
+        # picked as the fastest of several: fresh rounds decide (report/int8_procedure.py)
+        retime = (lambda: interleaved({"fp32": fp32, "int8": model}, feeds, threads=threads)) if len(options) > 1 else None
+        decided, fresh = decide_after_selection(samples, best, retime)
         if ab:
             ab["speed"] = [{"variant": k, "float_layers": len(timed_keep),
                             "regions": float_regions(timed_keep, order), "p50_ms": round(p50(samples[k]), 4),
@@ -452,27 +464,17 @@ class OnnxQuantizePass(Pass):
             if best != "int8":
                 ab.update(keep_float=keep, final=m, final_drop=m["accuracy_drop"])
                 meta["keep_float"] = list(keep)
-        meta["int8_vs_fp32"] = {"fp32_samples_ms": [round(x, 5) for x in samples["fp32"]],
-                                "int8_samples_ms": [round(x, 5) for x in samples[best]],
+        meta["int8_vs_fp32"] = {"fp32_samples_ms": [round(x, 5) for x in decided["fp32"]],
+                                "int8_samples_ms": [round(x, 5) for x in decided["int8"]],
                                 "plain_int8_p50_ms": round(p50(samples["plain int8"]), 4) if plain else None,
-                                "fp32_p50_ms": round(p50(samples["fp32"]), 4),
-                                "int8_p50_ms": round(p50(samples[best]), 4),
+                                "fp32_p50_ms": round(p50(decided["fp32"]), 4), "int8_p50_ms": round(p50(decided["int8"]), 4),
+                                "selected_from": len(options), "retimed": fresh,
                                 "threads": threads, "note": NOTE}
         return model
 
 
 ONNX_QUANTIZABLE = tuple(INT8_KERNEL_OP_TYPES)     # the layers the budget keeps in float or INT8
 ALT_MAX_FLOAT_SHARE = 0.10       # _fastest: float weights a speed alternative may add (share of all)
-
-
-def _weight_bytes(path: Path) -> dict[str, int]:
-    """Float bytes of each quantizable node's weight initializer (its second input)."""
-    import onnx
-
-    graph = onnx.load(str(path)).graph
-    sizes = {t.name: 4 * int(np.prod(t.dims)) for t in graph.initializer}
-    return {n.name: sizes.get(n.input[1], 0) for n in graph.node
-            if n.op_type in ONNX_QUANTIZABLE and len(n.input) > 1}
 
 
 def _onnx_nodes(path: Path):

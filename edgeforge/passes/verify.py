@@ -23,6 +23,7 @@ from ..quant.arithmetic import predictor
 from ..runner import edgeforge_runner as runner
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
 from . import verify_shapes as shapes
+from .reference_data import write_device_reference
 from .lite import lite_outputs
 from .verify_batches import float_detections, has_nms_rows
 
@@ -271,6 +272,7 @@ class VerifyPass(Pass):
         ref_dir.mkdir()
         np.savez(ref_dir / "eval_inputs.npz", **feeds, **label_arrays)
         np.savez(ref_dir / "float_outputs.npz", **{f"output_{i}": o for i, o in enumerate(reference)})
+        shipped = write_device_reference(out_dir, feeds, label_arrays, reference)
         preprocess = self.preprocess_parity(float_dir, ctx) if cfg.preprocess is not None else None
         artifact_file = inp.meta["file"]
         shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
@@ -355,6 +357,12 @@ class VerifyPass(Pass):
         meta = {k: v for k, v in inp.meta.items()}
         meta["verify"] = result
         meta["num_eval_samples"] = int(len(feeds[names[0]]))
+        n = shipped["samples"]
+        if outs is not None and n < meta["num_eval_samples"]:      # the device's figures, on the host
+            shipped["host_drift"] = {k: v for k, v in runner.drift_metrics(
+                [o[:n] for o in outs], [r[:n] for r in reference],
+                None if labels is None else labels[:n]).items() if k != "outputs"}
+        meta["device_reference"] = shipped
         if cfg.preprocess is not None:
             meta["reference_images"] = self.carry_images(out_dir, ctx)
         meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)

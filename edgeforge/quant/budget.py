@@ -95,6 +95,21 @@ class Budget:
         return f"drop {m['accuracy_drop']:.2f} points" if self.labelled else f"cosine {m['cosine']:.4f}"
 
 
+DEFAULT_MAX_SECONDS = 240.0       # [quantization] max_seconds: the float-layer search's wall time
+
+
+@dataclass
+class SearchLimits:
+    """What bounds the float-layer search: ``max_seconds`` of wall time (checked before each
+    attempt: one attempt may run past it), ``max_rounds`` of doubling, ``screen(model)``: False
+    when a small subset of the evaluation set already shows the candidate misses by far (the
+    whole set then is not run), ``say(line)``: progress, the candidate and the best so far."""
+    max_seconds: float | None = DEFAULT_MAX_SECONDS
+    max_rounds: int = 8
+    screen: Callable[[Path], dict | None] | None = None
+    say: Callable[[str], None] | None = None
+
+
 @dataclass
 class BudgetResult:
     budget: Budget
@@ -107,6 +122,8 @@ class BudgetResult:
     ranking: list[tuple[str, float]] = field(default_factory=list)   # (layer, SQNR dB), worst first
     attempts: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    stopped: str | None = None     # why the search ended before the budget held ("max_seconds")
+    max_seconds: float | None = None
 
     def to_json(self) -> dict:
         criterion = "accuracy_drop" if self.budget.labelled else "cosine"
@@ -120,34 +137,52 @@ class BudgetResult:
                 "met": self.met, "algo": self.algo, "keep_float": self.keep_float,
                 "quantizable_layers": self.quantizable_layers,
                 "sensitivity": [{"layer": n, "sqnr_db": round(v, 2)} for n, v in self.ranking[:10]],
-                "attempts": self.attempts, "seconds": round(self.seconds, 2)}
+                "attempts": self.attempts, "seconds": round(self.seconds, 2),
+                "max_seconds": self.max_seconds, "stopped": self.stopped}
 
 
 def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[Path], dict],
                rank: Callable[[Path], list[tuple[str, float]]], budget: Budget, algos: tuple[str, ...],
-               base_keep: list[str], max_rounds: int = 8, quantizable_layers: int = 0) -> tuple[Path, BudgetResult]:
+               base_keep: list[str], limits: SearchLimits | None = None, quantizable_layers: int = 0,
+               ) -> tuple[Path, BudgetResult]:
     """Quantize with ``algos[0]``; on a miss, first try the other calibration algorithms
     (``algos[1:]``: free in size and speed), then keep the worst layers of the best one in float, 1, 2, 4, ... more
     per round (ranked again on each round's model), until the budget holds; then bisect back to the fewest of them that still hold
-    (the doubling overshoots by up to half). Every attempt is recorded."""
+    (the doubling overshoots by up to half). Every attempt is recorded. ``limits``
+    (:class:`SearchLimits`): past ``max_seconds`` no new attempt starts; the best attempt that
+    holds ships, or, when none held, the closest (``met`` False, ``stopped`` says why)."""
+    lim = limits if limits is not None else SearchLimits(max_seconds=None)
     t0 = time.perf_counter()
     keep = list(base_keep)
     attempts: list[dict] = []
+    say = lim.say or (lambda line: None)
+    best_met: list = []            # (model, m, algo, keep) of the fewest float layers that held
+
+    def out_of_time() -> bool:
+        return lim.max_seconds is not None and time.perf_counter() - t0 >= lim.max_seconds
 
     def attempt(a: str, k: list[str]) -> tuple[Path, dict]:
         model = quantize(a, k)
-        m = evaluate(model)
-        attempts.append({"algo": a, "kept": len(k), **m})
+        screened = lim.screen(model) if lim.screen is not None and len(attempts) else None
+        m = screened if screened is not None else evaluate(model)
+        attempts.append({"algo": a, "kept": len(k), **m, **({"screened": True} if screened is not None else {}),
+                         "at_s": round(time.perf_counter() - t0, 2)})
+        if budget.met(m) and (not best_met or len(k) < len(best_met[0][3])):
+            best_met[:] = [(model, m, a, list(k))]
+        shown = budget.figure(best_met[0][1]) + f" ({len(best_met[0][3])} float)" if best_met else "none within the budget"
+        say(f"search: {a}, {len(k)} layer(s) in float: {budget.figure(m)}"
+            + (" (subset: far off)" if screened is not None else "") + f"; best so far: {shown}; "
+            f"{time.perf_counter() - t0:.0f}s" + (f" of {lim.max_seconds:g}s" if lim.max_seconds else ""))
         return model, m
 
     algo, *other_algos = algos
     model, m = attempt(algo, keep)
     initial = m
     result = BudgetResult(budget, list(keep), algo, initial, m, budget.met(m),
-                          quantizable_layers=quantizable_layers, attempts=attempts)
+                          quantizable_layers=quantizable_layers, attempts=attempts, max_seconds=lim.max_seconds)
     best = (model, m, algo)
     for cand in other_algos:
-        if budget.met(best[1]):
+        if budget.met(best[1]) or out_of_time():
             break
         model, m = attempt(cand, keep)
         if better(budget, m, best[1]):
@@ -157,7 +192,10 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
         base = list(keep)
         names: list[str] = []             # the layers added, in the order they were added
         step, lo, hi = 1, 0, 0            # lo: most added layers known to miss; hi: tried last
-        for round_ in range(max_rounds):
+        for round_ in range(lim.max_rounds):
+            if out_of_time():
+                result.stopped = "max_seconds"
+                break
             # re-ranked on the last attempt: once a layer is float, the next one's own loss shows
             # (mobilenet_v1: its first depthwise conv ranks low until the first conv is float)
             ranking = [r for r in rank(model) if r[0] not in base and r[0] not in names]
@@ -168,13 +206,17 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
             names += [name for name, _ in ranking[:step]]
             lo, hi = hi, len(names)
             step *= 2
-            keep = base + names
-            model, m = attempt(algo, keep)
-            if budget.met(m):
+            trial_model, trial = attempt(algo, base + names)
+            if "screened" not in attempts[-1]:        # a subset figure never stands for a model
+                model, m, keep = trial_model, trial, base + names
+            if budget.met(trial):
                 break
         # the doubling overshoots: bisect back to the fewest float layers that still hold
         if budget.met(m):
             while hi - lo > 1:
+                if out_of_time():
+                    result.stopped = "max_seconds"
+                    break
                 mid = (lo + hi) // 2
                 trial_model, trial = attempt(algo, base + names[:mid])
                 if budget.met(trial):
@@ -182,6 +224,8 @@ def fit_budget(quantize: Callable[[str, list[str]], Path], evaluate: Callable[[P
                 else:
                     lo = mid
             keep = base + names[:hi]
+    if best_met and not budget.met(m):          # out of time after a candidate held: ship that one
+        model, m, algo, keep = best_met[0]
     result.keep_float, result.algo, result.final, result.met = keep, algo, m, budget.met(m)
     result.seconds = time.perf_counter() - t0
     return model, result

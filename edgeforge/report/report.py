@@ -12,7 +12,8 @@ from pathlib import Path
 from .. import __version__
 from ..errors import ConfigError
 from ..fsutil import check_ours, json_safe, writable_dir, write_files_atomic
-from .compare import ALPHA, MIN_CHANGE, compare
+from .compare import ALPHA, MIN_CHANGE
+from .int8_procedure import MIN_EFFECT, decide_results
 from .pairing import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results
 from .verdict import pair_verdict
@@ -83,7 +84,7 @@ def build_summary(loaded: list[tuple[Path, dict]], skipped: list[dict] | None = 
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "edgeforge_version": __version__,
         "statistics": {"test": "Mann-Whitney U, two-sided, on block medians", "interval": "percentile bootstrap",
-                       "alpha": ALPHA, "min_change": MIN_CHANGE},
+                       "alpha": ALPHA, "min_change": MIN_CHANGE, "int8_min_effect": MIN_EFFECT},
         "fingerprints": fingerprints,
         "artifacts": list(artifacts.values()),
         "results": entries,
@@ -172,7 +173,7 @@ def _pairs(results: list[dict], entries: list[dict]) -> list[dict]:
             if all(sizes):
                 pair["size_ratio"] = sizes[0] / sizes[1]
             try:
-                pair["compare"] = compare(ref, r, labels=(f"fp32 {fe['id']}", f"int8 {e['id']}")).to_dict()
+                pair["compare"] = decide_results(ref, r, labels=(f"fp32 {fe['id']}", f"int8 {e['id']}")).to_dict()
             except ConfigError as exc:
                 pair["note"] = f"not compared: {exc.one_line()}"
         v = pair_verdict(pair)

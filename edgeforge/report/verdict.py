@@ -3,11 +3,13 @@
 One rule, used by the build summary (host stand-in), ``bench``, ``sweep``, ``report``,
 ``--precision auto`` and ``benchmarks/int8_speedup.py``:
 
-- the speed comes from :mod:`.compare`'s statistics on fp32 (A) against INT8 (B): INT8 is
-  "faster" or "slower" only when compare says so (p < alpha, the interval of the ratio excludes
-  1, at least the practical threshold), else "not significant";
+- the speed comes from :mod:`.int8_procedure` (compare's statistics on fp32 (A) against INT8
+  (B), one minimum effect of 5 % everywhere, no selection on the deciding samples): INT8 is
+  "faster" or "slower" only when it says so, else "not significant"; every line states the
+  interval and where it was measured;
 - the accuracy is the INT8 build's cost: the drop of its task's own figure (top-1, mAP, mIoU,
-  CTC accuracy; :mod:`.figure`) in points, positive = worse, or its cosine against float, and whether it is within the accuracy budget;
+  CTC accuracy; :mod:`.figure`) in points, positive = worse, or its cosine against float, and
+  whether it is within the accuracy budget;
 - ship INT8 only when it is significantly faster *and* within the budget; otherwise ship fp32
   (a not-significant speed-up buys only size).
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+
+from .int8_procedure import interval_text
 
 
 @dataclass(frozen=True)
@@ -88,16 +92,19 @@ def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: f
     speed = verdict if verdict in ("faster", "slower", "not significant") else "not measured"
     acc = accuracy_text(accuracy_drop, cosine, metric)
     over = within_budget is False
+    iv = interval_text(compare)
     if speed == "faster" and not over:
         ship = "int8"
-        line = f"INT8 {speedup:.2f}x faster than fp32" + (f", {acc}" if acc else "") + ": ship INT8"
+        line = (f"INT8 {speedup:.2f}x faster than fp32" + (f", {acc}" if acc else "") + ": ship INT8"
+                + f" ({where}" + (f", {iv})" if iv else ")"))
     elif speed == "faster":
         ship = "fp32"
-        line = (f"INT8 {speedup:.2f}x faster than fp32, but {acc or 'accuracy'} is over the "
-                "accuracy budget: ship fp32")
+        line = (f"INT8 {speedup:.2f}x faster than fp32 {where}" + (f" ({iv})" if iv else "")
+                + f", but {acc or 'accuracy'} is over the accuracy budget: ship fp32")
     elif speed == "slower":
         ship = "fp32"
-        line = f"INT8 {speedup:.2f}x of fp32 (slower) {where}" + (f", {acc}" if acc else "") + ": ship fp32"
+        line = (f"INT8 {speedup:.2f}x of fp32 (slower) {where}" + (f" ({iv})" if iv else "")
+                + (f", {acc}" if acc else "") + ": ship fp32")
     elif speed == "not significant":
         ship = "fp32"
         line = (f"INT8 {speedup:.2f}x of fp32, not significant ({why_not_significant(compare)}) {where}"
@@ -128,7 +135,7 @@ def result_verdict(r: dict, pool: list[dict]) -> tuple[Verdict | None, str]:
     """The verdict of INT8 bench result ``r`` against its fp32 counterpart in ``pool`` (same
     model, target, backend, device and runtime): (verdict, "") or (None, why there is none)."""
     from ..errors import ConfigError
-    from .compare import compare
+    from .int8_procedure import decide_results
     from .pairing import float_counterpart, p50_ms
 
     ref, why = float_counterpart(r, pool)
@@ -140,7 +147,7 @@ def result_verdict(r: dict, pool: list[dict]) -> tuple[Verdict | None, str]:
     fig = task_figure(drift)
     drop = fig.drop if fig is not None else None
     try:
-        c = compare(ref, r, labels=("fp32", "int8"))
+        c = decide_results(ref, r, labels=("fp32", "int8"))
     except ConfigError as exc:
         return None, f"not compared: {exc.one_line()}"
     return int8_verdict(c, speedup=p50_ms(ref) / p50_ms(r), accuracy_drop=drop,

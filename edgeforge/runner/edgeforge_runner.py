@@ -364,22 +364,50 @@ def drift_metrics(outputs, reference, labels=None):
     return top
 
 
-OUTPUTS_MAX_BYTES = 64 << 20     # compressed evaluation outputs sent back for the host's task metric
+OUTPUTS_MAX_BYTES = 8 << 20      # compressed evaluation outputs sent back for the host's task metric
 
 
-def packed_outputs(outs):
-    """The evaluation outputs as base64 of a compressed .npz (output_0, output_1, ...; or the
-    keys of a dict: the answers of the declared post-processing)."""
-    import base64
+def _npz_bytes(arrays):
     import io
 
     buf = io.BytesIO()
-    arrays = outs if isinstance(outs, dict) else dict(("output_%d" % i, o) for i, o in enumerate(outs))
     np.savez_compressed(buf, **dict((k, np.asarray(v)) for k, v in arrays.items()))
-    data = buf.getvalue()
-    if len(data) > OUTPUTS_MAX_BYTES:
-        return None, "the evaluation outputs are %d bytes compressed (more than %d)" % (len(data), OUTPUTS_MAX_BYTES)
-    return base64.b64encode(data).decode("ascii"), None
+    return buf.getvalue()
+
+
+def reduce_outputs(outs, reduce):
+    """``spec["reduce"]`` ({"op": "argmax", "output": k}, a segmenter): output k as its class map
+    (uint8, or uint16 past 255 classes) instead of its scores, all the task metric reads."""
+    if not reduce or reduce.get("op") != "argmax":
+        return outs
+    k = reduce.get("output", 0)
+    outs = list(outs)
+    if not isinstance(k, int) or not 0 <= k < len(outs):
+        return outs
+    x = np.asarray(outs[k])
+    if x.ndim == 4:
+        outs[k] = x.argmax(1).astype(np.uint8 if x.shape[1] <= 256 else np.uint16)
+    return outs
+
+
+def packed_outputs(outs, max_bytes=None):
+    """The evaluation outputs as base64 of a compressed .npz (output_0, output_1, ...; or the
+    keys of a dict: the answers of the declared post-processing), bounded: past ``max_bytes``
+    the first samples that fit (halving; raw outputs only). Returns (base64, samples sent: None
+    for answers) or (None, the reason)."""
+    import base64
+
+    cap = OUTPUTS_MAX_BYTES if max_bytes is None else max_bytes
+    arrays = outs if isinstance(outs, dict) else dict(("output_%d" % i, o) for i, o in enumerate(outs))
+    batched = not isinstance(outs, dict) and all(np.ndim(v) for v in arrays.values())
+    n = min(len(v) for v in arrays.values()) if batched and arrays else None
+    data = _npz_bytes(arrays)
+    while len(data) > cap and batched and n > 1:
+        n //= 2
+        data = _npz_bytes(dict((k, np.asarray(v)[:n]) for k, v in arrays.items()))
+    if len(data) > cap:
+        return None, "the evaluation outputs are %d bytes compressed (more than %d)" % (len(data), cap)
+    return base64.b64encode(data).decode("ascii"), n
 
 
 # ---------------------------------------------------------------- pre-processing
@@ -1349,11 +1377,12 @@ def drift(spec, build_dir, run, reference, settings):
     if spec.get("return_outputs"):
         post = spec.get("postprocess")
         answers = post is not None and post.get("op", "none") != "none"
-        packed, why = packed_outputs(postprocess(outs, post) if answers else outs)
+        reduce = None if answers else spec.get("reduce")
+        packed, why = packed_outputs(postprocess(outs, post) if answers else reduce_outputs(outs, reduce))
         if packed is None:
             emit("outputs", npz=None, skipped=why)
         else:
-            emit("outputs", npz=packed, answers=answers)
+            emit("outputs", npz=packed, answers=answers, samples=why, reduced=reduce)
 
 
 def _note_in_lease(lease):

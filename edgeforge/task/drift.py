@@ -18,6 +18,28 @@ def wants_outputs(manifest: dict) -> bool:
     return bool(((manifest.get("verify") or {}).get("task") or {}).get("settings"))
 
 
+def reduce_spec(manifest: dict) -> dict | None:
+    """What the runner may reduce its outputs to before it sends them back: a segmenter's class
+    map (``argmax``) instead of its scores, where the task metric reads nothing else (no
+    ``[task] metric`` of the user's, which gets the raw outputs)."""
+    st = ((manifest.get("verify") or {}).get("task") or {}).get("settings") or {}
+    if st.get("kind") != "segmentation" or st.get("metric") or st.get("postprocess"):
+        return None
+    return {"op": "argmax", "output": int(st.get("output") or 0)}
+
+
+def _first(arrays: list | dict, n: int | None):
+    """The first ``n`` samples (the runner sent only those, to bound what it sends)."""
+    if n is None:
+        return arrays
+    if isinstance(arrays, dict):
+        if "gt_counts" in arrays:
+            rows = int(np.sum(arrays["gt_counts"][:n]))
+            return {k: (v[:n] if k == "gt_counts" else v[:rows]) for k, v in arrays.items()}
+        return {k: v[:n] for k, v in arrays.items()}
+    return [a[:n] for a in arrays]
+
+
 def _npz(data: bytes) -> dict:
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
@@ -56,6 +78,11 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
             return {**empty, "skipped": "the runner sent outputs, not the [postprocess] answers (an older runner)"}
         else:
             outs = _outputs(sent)
+            reference = _first(reference, event.get("samples"))
+            inputs = _first(inputs, event.get("samples"))
+            red = event.get("reduced") or {}
+            if red.get("op") == "argmax" and not st.get("classes"):      # the class map's classes
+                st["classes"] = int(np.asarray(reference[int(red.get("output", 0))]).shape[1])
     except (OSError, ValueError, KeyError, IndexError) as exc:
         return {**empty, "skipped": f"the evaluation outputs do not load: {exc}"}
     labels = {k: v for k, v in inputs.items() if k in LABEL_KEYS}
@@ -72,6 +99,8 @@ def drift_task(build_dir: Path, manifest: dict, event: dict | None, log: Path | 
         rec = evaluate(task, outs, reference, labels, user, spec or "", **how)
         if how:
             rec["postprocess"] = post["op"]      # the device's answers were compared
+        if event.get("samples") is not None:
+            rec["samples"] = int(event["samples"])
         return rec
     except (ValueError, PassError, ConfigError) as exc:
         return {**empty, "skipped": exc.one_line() if isinstance(exc, ConfigError) else str(exc)}

@@ -62,9 +62,9 @@ def test_hostile_input_name_is_refused_before_connecting(lab, builds, tmp_path):
 def test_a_missing_or_mismatched_reference_file_is_a_build_error(lab, builds, tmp_path):
     inv = lab.inventory()
     build = _copy(builds.onnx, tmp_path)
-    (build / "reference" / "float_outputs.npz").unlink()
+    (build / "reference" / "device_outputs.npz").unlink()
     code, line = _bench(lab, build, inv)
-    assert code == 2 and "reference/float_outputs.npz is missing" in line, line
+    assert code == 2 and "reference/device_outputs.npz is missing" in line, line
     build2 = _copy(builds.onnx, tmp_path / "two")
     _edit(build2, lambda m: m["inputs"][0].__setitem__("shape", [-1, 3, 32, 32]))
     code, line = _bench(lab, build2, inv)
@@ -78,7 +78,7 @@ def test_a_build_the_runner_refuses_on_the_device_is_exit_2_and_not_the_devices_
     build (error kind "build"). Exit 2 three times over, the device's health is unchanged (never
     marked unhealthy), and it benches a good build right after."""
     build = _copy(builds.onnx, tmp_path)
-    ref = build / "reference" / "eval_inputs.npz"
+    ref = build / "reference" / "device_inputs.npz"
     with np.load(ref) as z:
         data = {("y" if k == "x" else k): z[k] for k in z.files}
     np.savez(ref, **data)

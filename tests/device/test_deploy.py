@@ -135,7 +135,7 @@ def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions, _results):
     tr = entry["transfer"]
     assert {"manifest.json", "model.onnx"} <= set(tr["files"]) <= {"manifest.json", "model.onnx",
                                                                    "edgeforge_runner.py"}
-    assert {"reference/eval_inputs.npz", "reference/float_outputs.npz"} <= set(tr["reused"])
+    assert {"reference/device_inputs.npz", "reference/device_outputs.npz"} <= set(tr["reused"])
     assert current_id(lab.workdir) == v2 and current_digest(lab.workdir) == digest(versions["v2"])
 
     code, out, err = cli("rollback", NAME, "--device", "local", "--inventory", inv, "-q", "--json")

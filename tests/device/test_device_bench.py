@@ -48,9 +48,12 @@ def test_full_bench_onnx_int8(cli, lab, builds):
     assert 0 < sm["p50_ms"] <= sm["p90_ms"] <= sm["p99_ms"]
     assert sm["mad_ms"] >= 0 and sm["mean_ms"] > 0 and sm["peak_rss_mb"] > 10
     t = r["transfer"]
-    sizes = sum((builds.onnx / rel).stat().st_size for rel in
-                ("model.onnx", "reference/eval_inputs.npz", "reference/float_outputs.npz"))
+    ref = m["reference"]
+    sizes = sum((builds.onnx / rel).stat().st_size for rel in ("model.onnx", ref["inputs"], ref["outputs"]))
     assert t["uploaded_bytes"] > sizes and t["seconds"] >= 0     # + the runner itself
+    # the reference data ships compressed, sized to the drift's job (all 540 digits fit)
+    assert ref["inputs"] == "reference/device_inputs.npz" and ref["samples"] == ref["evaluation_samples"] == 540
+    assert ref["bytes"] < ref["raw_bytes"] and "95 % Wilson" in ref["confidence"]
     # the table
     assert "p50" in out and "top-1 agreement" in out and str(path.name)[:20] in out.replace("\n", "")
 
@@ -100,16 +103,16 @@ def test_tampered_files_on_device_are_detected_and_uploaded_again(cli, lab, buil
     remote = lab.workdir / builds.onnx_manifest["artifact"]["sha256"]
     model = remote / "model.onnx"
     model.write_bytes(model.read_bytes()[:-10] + b"tampered!!")          # same size, other bytes
-    ref = remote / "reference" / "float_outputs.npz"
+    ref = remote / "reference" / "device_outputs.npz"
     ref.write_bytes(ref.read_bytes()[:100])                              # truncated
     code, _, err = _bench(cli, lab, builds.onnx, "--runs", "3", inventory=inv)
     assert code == 0, err
     r = read_result(max(lab.result_files(), key=lambda p: p.stat().st_mtime_ns))
-    assert sorted(r["transfer"]["files"]) == ["model.onnx", "reference/float_outputs.npz"]
+    assert sorted(r["transfer"]["files"]) == ["model.onnx", "reference/device_outputs.npz"]
     assert r["transfer"]["uploaded_bytes"] == (builds.onnx / "model.onnx").stat().st_size + \
-        (builds.onnx / "reference/float_outputs.npz").stat().st_size
+        (builds.onnx / "reference/device_outputs.npz").stat().st_size
     assert _sha(model) == builds.onnx_manifest["artifact"]["sha256"]
-    assert _sha(ref) == _sha(builds.onnx / "reference" / "float_outputs.npz")
+    assert _sha(ref) == _sha(builds.onnx / "reference" / "device_outputs.npz")
     assert not list(remote.rglob(".*.part-*"))                          # no temporary files left
 
 

@@ -203,3 +203,23 @@ def test_an_explicit_calibration_is_kept_by_the_fallback(unlabelled_outlier, tmp
     ab = m["accuracy_budget"]
     assert ab["met"] and {a["algo"] for a in ab["attempts"]} == {"KL"} and m["quantization"]["algo"] == "KL"
     assert ab["keep_float"], "with the calibration pinned, only float layers can meet the budget"
+
+
+def test_a_search_past_max_seconds_stops_and_says_what_it_tried(outlier_project, tmp_path):
+    """--max-search-seconds 1: the first attempts run, none starts past the second; the build
+    stops with the verify failure (exit 1) and the manifest's accuracy_budget says the search ran
+    out of time, with every attempt it made and when."""
+    import json
+
+    from helpers import run_cli
+
+    res = run_cli("build", str(outlier_project), "--target", "jetson-orin", "--out", str(tmp_path / "o"),
+                  "--max-accuracy-drop", "1.0", "--max-search-seconds", "1")
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    ab = m["accuracy_budget"]
+    assert ab["stopped"] == "max_seconds" and ab["max_seconds"] <= 1.0 and not ab["met"], ab
+    assert 1 <= len(ab["attempts"]) <= 6 and all("at_s" in a for a in ab["attempts"])
+    said = " ".join(res.stdout.split())          # the summary wraps at the terminal's width
+    assert res.returncode == 1 and "stopped at max_seconds 1: none within the budget" in said, res.stdout
+    res = run_cli("build", str(outlier_project), "--target", "jetson-orin", "--max-search-seconds", "0")
+    assert res.returncode == 2 and "--max-search-seconds" in res.stderr

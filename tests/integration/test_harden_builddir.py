@@ -81,11 +81,11 @@ def test_absolute_artifact_path_is_refused(crafted, tmp_path):
 
 def test_symlink_out_of_the_build_is_refused(crafted, tmp_path):
     build, inv = crafted
-    ref = build / "reference" / "float_outputs.npz"
+    ref = build / "reference" / "device_outputs.npz"
     ref.unlink()
     ref.symlink_to(tmp_path / "PLANTED.npz")
     res = _bench(build, inv, tmp_path)
-    assert_clean_failure(res, 2, "field reference.outputs = 'reference/float_outputs.npz' leads outside "
+    assert_clean_failure(res, 2, "field reference.outputs = 'reference/device_outputs.npz' leads outside "
                                  "the build directory")
     _nothing_written(tmp_path)
 

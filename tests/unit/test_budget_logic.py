@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeforge.quant.budget import Budget, fit_budget, worst_cosine
+from edgeforge.quant.budget import Budget, SearchLimits, fit_budget, worst_cosine
 
 LAYERS = [f"conv{i}" for i in range(10)]
 
@@ -73,7 +73,7 @@ def test_bisection_keeps_the_model_of_the_fewest_layers_that_hold():
 
 def test_a_budget_that_cannot_be_met_says_so():
     q, e, r, made = _driver(lambda a, k: 0.5)
-    _, res = fit_budget(q, e, r, UNLABELLED, ("KL",), [], max_rounds=3)
+    _, res = fit_budget(q, e, r, UNLABELLED, ("KL",), [], SearchLimits(max_seconds=None, max_rounds=3))
     assert not res.met and len(made) == 4 and res.keep_float == LAYERS[:7]
 
 
@@ -115,3 +115,50 @@ def test_each_round_is_ranked_on_the_last_attempt():
     # and the bisection finds that two of the three hold
     assert [m[1] for m in made] == [(), ("conv0",), ("conv0", "conv9", "conv1"), ("conv0", "conv9")]
     assert res.keep_float == ["conv0", "conv9"] and res.met
+
+
+def test_a_search_out_of_time_ships_the_best_within_budget_or_says_there_was_none():
+    """max_seconds: no attempt starts past it. Each attempt here 'takes' 10 s of a fake clock."""
+    import edgeforge.quant.budget as b
+
+    clock = [0.0]
+
+    def slow(cos):
+        def cosine_of(a, k):
+            clock[0] += 10.0
+            return cos(a, k)
+        return cosine_of
+
+    real = b.time.perf_counter
+    b.time.perf_counter = lambda: clock[0]
+    try:
+        # holds from 6 float layers; the doubling meets it at 7 (attempt 4, 40 s), then bisects
+        q, e, r, made = _driver(slow(lambda a, k: 0.99 if len(k) >= 6 else 0.9))
+        lines = []
+        model, res = fit_budget(q, e, r, UNLABELLED, ("KL",), [], SearchLimits(max_seconds=35, say=lines.append))
+        assert res.met and res.stopped == "max_seconds" and res.keep_float == LAYERS[:7] and model == Path("KL-7")
+        assert len(made) == 4 and res.to_json()["max_seconds"] == 35
+        assert "best so far: cosine 0.9900 (7 float)" in lines[-1] and "of 35s" in lines[-1]
+        clock[0] = 0.0
+        q, e, r, made = _driver(slow(lambda a, k: 0.5))
+        _, res = fit_budget(q, e, r, UNLABELLED, ("KL",), [], SearchLimits(max_seconds=25))
+        assert not res.met and res.stopped == "max_seconds" and len(made) == 3
+    finally:
+        b.time.perf_counter = real
+
+
+def test_a_candidate_far_off_on_the_subset_skips_the_whole_set():
+    q, e, r, made = _driver(lambda a, k: 0.99 if len(k) >= 6 else 0.9)
+    full = []
+
+    def evaluate(model):
+        full.append(model)
+        return e(model)
+
+    def screen(model):          # the subset: far off below 3 float layers, else "run the whole set"
+        return {"accuracy_drop": 0.0, "cosine": 0.5} if len(made[-1][1]) < 3 else None
+
+    model, res = fit_budget(q, evaluate, r, UNLABELLED, ("KL",), [], SearchLimits(max_seconds=None, screen=screen))
+    assert res.met and res.keep_float == LAYERS[:6] and model == Path("KL-6")
+    assert [a.get("screened", False) for a in res.attempts] == [False, True, False, False, False, False]
+    assert Path("KL-1") not in full and len(full) == 5

@@ -113,3 +113,13 @@ def test_hwcap_flags_read_the_emulated_cpu_from_auxv():
     a72 = struct.pack("<4Q", 16, 1 << 1 | 1 << 0, 0, 0)
     assert runner.int8_cpu_flags(runner.hwcap_flags(a72)) == ["asimd"]
     assert runner.hwcap_flags(struct.pack("<2Q", 26, 1 << 13)) == {"i8mm"}
+
+
+def test_the_stage_two_estimate_is_the_last_measured_one(tmp_path):
+    """No build here yet: the figure measured on a bare 2-core machine (768 s, issue 47); after a
+    build, that build's own stage two; a broken record falls back to the measured figure."""
+    assert rootfs.stage2_estimate(tmp_path) == (768.0, "measured on a bare 2-core machine")
+    rootfs._record(tmp_path, {"stage1": 36.2, "stage2": 801.44})
+    assert rootfs.stage2_estimate(tmp_path) == (801.4, "the last build here")
+    (tmp_path / rootfs.TIMINGS).write_text('{"stage2": "soon"}')
+    assert rootfs.stage2_estimate(tmp_path)[0] == 768.0

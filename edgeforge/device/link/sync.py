@@ -59,14 +59,17 @@ def raise_for_transport(r, device, timeout_s: float, doing: str) -> None:
 
 
 def prepare(tr: SSHTransport, manifest: dict, settings: BenchSettings, digests: dict[str, str],
-            subdir: str, extra_modules: tuple[str, ...] = ()) -> dict:
+            subdir: str, extra_modules: tuple[str, ...] = (), modules: bool = True) -> dict:
     """What the device holds under ``<workdir>/<subdir>/`` (``digests``: by relative path;
     ``dir``: the directory), checked against the build: the architecture, a writable workdir,
-    the modules the run imports. Raises the DeviceError that says which is wrong."""
+    the modules the run imports. A file the device holds by digest in ``<workdir>/.blobs/``
+    (another build sent it) is linked in, not sent again (``linked``). Raises the DeviceError
+    that says which is wrong."""
     dev = tr.device
-    req = {"workdir": dev.workdir, "subdir": subdir, "modules": needed_modules(manifest, settings) + list(extra_modules),
+    req = {"workdir": dev.workdir, "subdir": subdir,
+           "modules": (needed_modules(manifest, settings) + list(extra_modules)) if modules else [],
            "mkdirs": sorted({posixpath.dirname(r) for r in digests if posixpath.dirname(r)}),
-           "files": sorted(digests)}
+           "files": sorted(digests), "shared": dict(digests)}
     doing = "checking the files on the device"
     r = tr.python(["-c", remote.script("prepare"), json.dumps(req)],
                   timeout=min(settings.command_timeout_s, 120), doing=doing)
@@ -104,7 +107,8 @@ def upload(tr: SSHTransport, files: dict[str, Path], local: dict[str, str], held
     say = on_step or (lambda step, msg: None)
     todo = [rel for rel in sorted(files) if held.get(rel) != local[rel]]
     transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [],
-                "reused": [rel for rel in sorted(files) if rel not in todo]}
+                "reused": [rel for rel in sorted(files) if rel not in todo],
+                "bytes_reused": sum(files[rel].stat().st_size for rel in files if rel not in todo)}
     if not todo:
         say("upload", "nothing to upload: the device holds every file")
         return transfer
@@ -117,5 +121,19 @@ def upload(tr: SSHTransport, files: dict[str, Path], local: dict[str, str], held
         transfer["uploaded_bytes"] += tr.upload(files[rel], posixpath.join(remote_dir, rel), timeout=timeout_s)
         transfer["files"].append(rel)
     transfer["seconds"] = round(time.monotonic() - start, 4)
+    transfer["bytes_by_file"] = {rel: files[rel].stat().st_size for rel in todo}
     say("upload", f"{len(todo)} file(s), {transfer['uploaded_bytes']} bytes in {transfer['seconds']:.2f}s")
     return transfer
+
+
+def keep_by_digest(tr: SSHTransport, manifest: dict, settings: BenchSettings, digests: dict[str, str],
+                   subdir: str, sent: list[str]) -> None:
+    """After an upload: the files ``sent`` also into the device's store by digest, so that the
+    next bench of another build that ships them (the reference data of another precision of the
+    same model) links them instead of uploading them. A failure only costs that upload later."""
+    if not sent:
+        return
+    try:
+        prepare(tr, manifest, settings, {rel: digests[rel] for rel in sent}, subdir, modules=False)
+    except (ConfigError, Misconfigured, RuntimeMissing, RunnerCrashed, RunnerTimeout):
+        pass

@@ -30,7 +30,7 @@ from ...errors import (ConfigError, DeviceError, Interrupted, RunnerCrashed, Run
 from ...options import BenchOptions
 from ...results.schema import SCHEMA, empty_drift, now_iso, write_result
 from ...results.stats import summarize
-from ...task.drift import drift_task, wants_outputs
+from ...task.drift import drift_task, reduce_spec, wants_outputs
 from ...stop_signals import signals_held_once
 from ..link.interrupt import StopOnSignal, after_the_run, interrupted, stop_runner
 from ..link.inventory import Device
@@ -106,6 +106,7 @@ class Bench:
         self.partial = Partial()
         self.transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [], "reused": []}
         self.remote_dir: str | None = None
+        self.held_info: dict = {}
         self.stopped_by: int | None = None      # the signal that stopped the run (interrupt.py)
         if device.target != self.manifest["target"]:
             raise ConfigError(f"device {device.name} is a {device.target}, the build in {build_dir} is for "
@@ -125,11 +126,15 @@ class Bench:
                             self.remote_subdir or self.manifest["artifact"]["sha256"],
                             extra_modules=("PIL",) if self.opts.end_to_end else ())
         self.remote_dir = info["dir"]
+        self.held_info = info
         return info
 
     def upload(self, tr: SSHTransport, files: dict[str, Path], local: dict[str, str], held: dict) -> None:
         self.transfer = sync.upload(tr, files, local, held, self.remote_dir, timeout_s=self.settings.command_timeout_s,
                                     lease=self.lease, on_step=self.on_step)
+        self.transfer["linked"] = list(self.held_info.get("linked") or [])
+        sync.keep_by_digest(tr, self.manifest, self.settings, local, self.remote_subdir or self.manifest["artifact"]["sha256"],
+                            self.transfer["files"])
 
     def spec(self, digests: dict[str, str]) -> dict:
         m, s = self.manifest, self.settings
@@ -140,7 +145,7 @@ class Bench:
                 "warmups": s.warmups, "runs": s.runs,
                 "runner": s.runner, "benchmark_bin": s.benchmark_bin,
                 "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True,
-                "return_outputs": wants_outputs(m),
+                "return_outputs": wants_outputs(m), "reduce": reduce_spec(m),
                 "postprocess": (((m.get("verify") or {}).get("task") or {}).get("settings") or {}).get("postprocess"),
                 "end_to_end": e2e_spec(self.build_dir, m, s.runs) if self.opts.end_to_end else None,
                 "profile": self.opts.profile,

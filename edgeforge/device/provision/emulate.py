@@ -3,7 +3,8 @@
     edgeforge devices emulate start --dir DIR [--cpu cortex-a72|cortex-a76] [--target rpi4] [--port N]
     edgeforge devices emulate stop --dir DIR
 
-``start`` builds the rootfs once (:mod:`edgeforge.device.provision.rootfs`, about 10 minutes, then cached) and
+``start`` builds the rootfs once (:mod:`edgeforge.device.provision.rootfs`; on a bare 2-core machine 14.5 min
+for the first ``start --setup``, 768 s of it debootstrap's second stage; then cached) and
 unpacks it into ``DIR/rootfs``; mounts /proc, /sys and /dev inside it (onnxruntime aborts without
 them); starts the rootfs's own sshd in a chroot on 127.0.0.1 (key-only, no PAM) with ``QEMU_CPU``
 set, and writes ``DIR/devices.toml`` with one device, ``emu-arm64``, plus its keys and known_hosts.

@@ -86,7 +86,7 @@ def decide_on_host(project, target: str, build: BuildOptions | None = None, *, o
                    log=None) -> Decision:
     from ...contracts import needs_device
     from ...quant.speed import NOTE, interleaved, p50
-    from ...report.compare import compare_samples
+    from ...report.int8_procedure import decide
     from ...report.verdict import choose
 
     log = log or (lambda m: None)
@@ -109,7 +109,7 @@ def decide_on_host(project, target: str, build: BuildOptions | None = None, *, o
         samples = interleaved({p: b.out_dir / b.manifest["artifact"]["path"] for p, b in builds.items()},
                               feeds, threads=threads)
     for p, b in builds.items():
-        c = None if p == "fp32" else compare_samples(samples["fp32"], samples[p], labels=("fp32", p)).to_dict()
+        c = None if p == "fp32" else decide(samples["fp32"], samples[p], labels=("fp32", p)).to_dict()
         record["candidates"].append(_candidate(p, b.manifest, p50(samples[p]), c))
     record.update(choose(record["candidates"]), note=f"{NOTE}, {threads} threads")
     record["chosen"] = record.pop("precision")
@@ -119,7 +119,7 @@ def decide_on_host(project, target: str, build: BuildOptions | None = None, *, o
 def decide_on_device(project, target: str, device: str, build: BuildOptions | None = None,
                      bench: BenchOptions | None = None, *, out=None, on_step=None) -> Decision:
     from ...fsutil import write_json_atomic
-    from ...report.compare import compare
+    from ...report.int8_procedure import decide_results
     from ...report.pairing import p50_ms
     from ...report.verdict import choose
     from ..measure.pick import bench as bench_one
@@ -145,7 +145,7 @@ def decide_on_device(project, target: str, device: str, build: BuildOptions | No
         raise ConfigError("precision auto: the fp32 build failed verify; nothing to compare with")
     ref = outcomes["fp32"].result
     for p, o in outcomes.items():
-        c = None if p == "fp32" else compare(ref, o.result, labels=("fp32", p)).to_dict()
+        c = None if p == "fp32" else decide_results(ref, o.result, labels=("fp32", p)).to_dict()
         cand = _candidate(p, builds[p].manifest, p50_ms(o.result), c)
         cand.update(result=str(o.path), accuracy_drop=(o.result.get("drift") or {}).get("accuracy_drop"))
         record["candidates"].append(cand)

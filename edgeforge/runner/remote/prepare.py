@@ -1,5 +1,7 @@
 """Runs on the device before anything is uploaded (edgeforge.device.measure.bench): the python, the
 modules found, the work directory made, the sha256 of the files already there, cores and memory.
+Files named in ``shared`` ({path: sha256}) are also kept by digest in ``<workdir>/.blobs/``: one
+missing here but held there is linked in (not uploaded again), and one held here goes there.
 Standard library only: sent with ``python -c``."""
 from common import sha256_file  # inlined when sent (edgeforge.runner.remote.script)
 import importlib.util
@@ -29,6 +31,28 @@ for rel in req["files"]:
         out["digests"][rel] = sha256_file(os.path.join(d, rel))
     except OSError:
         out["digests"][rel] = None
+blobs = os.path.join(os.path.abspath(os.path.expanduser(req["workdir"])), ".blobs")
+out["linked"] = []
+for rel, want in sorted(req.get("shared", {}).items()):
+    if len(want) != 64 or not all(c in "0123456789abcdef" for c in want):
+        continue
+    here, blob = os.path.join(d, rel), os.path.join(blobs, want)
+    try:
+        os.makedirs(blobs, exist_ok=True)
+        if out["digests"].get(rel) == want:
+            if not os.path.isfile(blob):
+                os.link(here, blob)
+        elif os.path.isfile(blob):
+            if sha256_file(blob) != want:       # changed in place (a hard link shares it): drop it
+                os.remove(blob)
+                continue
+            tmp = here + ".link-%d" % os.getpid()
+            os.link(blob, tmp)
+            os.replace(tmp, here)
+            out["digests"][rel] = want
+            out["linked"].append(rel)
+    except OSError:
+        pass        # no store here (another file system, read-only): the file is uploaded
 out["cores"] = os.cpu_count()      # what a load may start there (edgeforge.device.measure.load)
 try:
     with open("/proc/meminfo") as f:
