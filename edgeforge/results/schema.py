@@ -46,6 +46,7 @@ _MS = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 _COUNT = Annotated[int, Field(strict=True, ge=0)]
 _SHARE = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
 _NAME = Annotated[str, Field(max_length=512)]
+NUM, MS, COUNT = _NUM, _MS, _COUNT          # for the other result documents (load)
 
 
 class ArtifactRef(Open):
