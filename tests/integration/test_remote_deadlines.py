@@ -196,8 +196,9 @@ def test_a_trickling_server_costs_at_most_three_timeouts(store, project, filled,
     print(f"{mode}: build {r.wall_s:.1f} s, the local build {local:.1f} s, timeout {TIMEOUT_S:g} s")
     # the local build's own time varies on a loaded machine: half of it again is allowed for that
     assert r.wall_s <= local * 1.5 + 3 * TIMEOUT_S, (r.wall_s, local)
-    if mode != "trickle-headers":           # the socket is shut as the deadline passes
-        assert store.ended[mode] - store.began[mode] <= 3 * TIMEOUT_S
+    if mode != "trickle-headers":           # the socket is shut as the deadline passes (the server
+        # learns it at its second write after that: one trickle interval, 1 s, later)
+        assert store.ended[mode] - store.began[mode] <= 3 * TIMEOUT_S + 1.0
 
 
 @pytest.mark.parametrize("mode, why", [
