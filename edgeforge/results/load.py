@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Optional
 
 from pydantic import Field, field_validator
 
-from .schema import DeviceRunDoc, Open, now_iso, read_json, slug, write_document
+from ..fsutil import json_safe
+from .schema import COUNT, MS, NUM, DeviceRunDoc, Open, now_iso, read_json, slug, write_document
 
 LOAD_SCHEMA = "edgeforge.load/1"
 
@@ -29,24 +30,24 @@ class Level(Open):
 
     mode: Literal["closed", "open"]
     sessions: Literal["shared", "own"]
-    threads: int | None
+    threads: Optional[COUNT]
     batch: int = Field(gt=0)
     concurrency: int = Field(gt=0)
-    rate: float | None = None
+    rate: Optional[MS] = None
     skipped: str | None = None
-    completed: int | None = None
-    errors: int | None = None
+    completed: Optional[COUNT] = None
+    errors: Optional[COUNT] = None
     inferences_per_s: float | None = None
     samples_per_s: float | None = None
     p50_ms: float | None = None
     p90_ms: float | None = None
     p99_ms: float | None = None
     max_ms: float | None = None
-    cpu_util_pct: float | None = None
-    peak_rss_mb: float | None = None
-    temp_c_before: float | None = None
-    temp_c_after: float | None = None
-    samples_ms: list[float] = Field(default_factory=list)
+    cpu_util_pct: Optional[MS] = None
+    peak_rss_mb: Optional[MS] = None
+    temp_c_before: Optional[NUM] = None
+    temp_c_after: Optional[NUM] = None
+    samples_ms: list[MS] = Field(default_factory=list)
 
     @field_validator("inferences_per_s", "samples_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")
     @classmethod
@@ -98,5 +99,5 @@ def load_filename(result: dict) -> str:
 def write_load_result(results_dir: str | Path, result: dict) -> Path:
     """Write ``result`` under ``results_dir`` atomically; never overwrite an existing file."""
     result.setdefault("created_at", now_iso())
-    LoadResult.check(result)
+    LoadResult.check(json_safe(result))       # a NaN measured is written as null (dumps_json)
     return write_document(results_dir, load_filename(result), result)

@@ -40,12 +40,15 @@ class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-# a number a report, compare or gate computes with: finite (no NaN, no Infinity), not true/false
-_NUM = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-_MS = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
-_COUNT = Annotated[int, Field(strict=True, ge=0)]
+# a number a report, compare or gate computes with: finite (no NaN, no Infinity), not true/false,
+# and of a size a measurement can have (1e12 ms is 30 years; plots and statistics stay finite)
+_BIG = 1e12
+_NUM = Annotated[float, Field(strict=True, ge=-_BIG, le=_BIG, allow_inf_nan=False)]
+_MS = Annotated[float, Field(strict=True, ge=0, le=_BIG, allow_inf_nan=False)]
+_COUNT = Annotated[int, Field(strict=True, ge=0, le=2**53)]
 _SHARE = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
 _NAME = Annotated[str, Field(max_length=512)]
+NUM, MS, COUNT = _NUM, _MS, _COUNT          # for the other result documents (load)
 
 
 class ArtifactRef(Open):
@@ -257,7 +260,7 @@ class BenchResult(DeviceRunDoc):
     NOUN: ClassVar[str | None] = "bench result"
 
     settings: Settings
-    samples_ms: list[Annotated[float, Field(strict=True)]]   # numbers, not true/false or "1"
+    samples_ms: list[Annotated[float, Field(strict=True, le=_BIG)]]   # numbers, not true/false or "1"
     summary: Summary
     drift: Drift
     transfer: Transfer

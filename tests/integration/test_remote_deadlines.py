@@ -178,8 +178,8 @@ def test_a_good_store_serves_every_step(store, project, filled, tmp_path):
     assert set(sources(tmp_path / "out").values()) == {"remote hit"}
 
 
-@pytest.mark.parametrize("mode", [pytest.param("trickle-index", marks=pytest.mark.slow),
-                                  pytest.param("trickle-archive", marks=pytest.mark.slow), "trickle-headers"])
+@pytest.mark.parametrize("mode", ["trickle-index", pytest.param("trickle-archive", marks=pytest.mark.slow),
+                                  "trickle-headers"])
 def test_a_trickling_server_costs_at_most_three_timeouts(store, project, filled, tmp_path, mode):
     """Done when: a build against a store that sends a byte a second (a body, or even its
     headers) finishes within 3 x --remote-timeout plus the local build's time. The server sees
@@ -196,8 +196,9 @@ def test_a_trickling_server_costs_at_most_three_timeouts(store, project, filled,
     print(f"{mode}: build {r.wall_s:.1f} s, the local build {local:.1f} s, timeout {TIMEOUT_S:g} s")
     # the local build's own time varies on a loaded machine: half of it again is allowed for that
     assert r.wall_s <= local * 1.5 + 3 * TIMEOUT_S, (r.wall_s, local)
-    if mode != "trickle-headers":           # the socket is shut as the deadline passes
-        assert store.ended[mode] - store.began[mode] <= 3 * TIMEOUT_S
+    if mode != "trickle-headers":           # the socket is shut as the deadline passes (the server
+        # learns it at its second write after that: one trickle interval, 1 s, later)
+        assert store.ended[mode] - store.began[mode] <= 3 * TIMEOUT_S + 1.0
 
 
 @pytest.mark.parametrize("mode, why", [
