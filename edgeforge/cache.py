@@ -54,7 +54,10 @@ def digest_tree(root: Path) -> str:
 BUILD_CODE = (
     "passes", "quant", "runner/edgeforge_runner.py", "runner/device_facts.py", "lite_child.py",
     "cache.py", "config.py", "contracts.py", "errors.py", "fold_data.py", "fsutil.py", "inference.py", "native.py",
-    "paddle_env.py", "quiet.py",
+    "paddle_env.py", "quiet.py", "__init__.py", "manifest.py", "oserror.py",
+    # the build's INT8 speed verdict (quantize's speed alternative) uses the report's statistics
+    "report/compare.py", "report/int8_procedure.py", "report/load.py", "report/pairing.py",
+    "results/schema.py", "results/stats.py",
     "pipeline.py", "project.py", "targets.py", "toolchain.py", "weights.py", "task",
 )
 _PACKAGE_ROOT = Path(__file__).resolve().parent
