@@ -100,8 +100,10 @@ def _images(files, spec: dict, mean: str | None, std: str | None, resample: str)
         if s is not None:
             arr = arr / s
         out.append(arr.transpose(2, 0, 1) if first else arr)
-    norm = (f"mean {m.tolist()} / std {s.tolist()}" if m is not None and s is not None
-            else f"mean {m.tolist()}" if m is not None else f"std {s.tolist()}" if s is not None
+    def people(a):      # rounded for a person (float32's 0.48500001430511475 is 0.485)
+        return "[" + ", ".join(f"{v:.4g}" for v in a.tolist()) + "]"
+    norm = (f"mean {people(m)} / std {people(s)}" if m is not None and s is not None
+            else f"mean {people(m)}" if m is not None else f"std {people(s)}" if s is not None
             else "no mean/std")
     layout = "NCHW" if first else "NHWC"
     what = (f"{'grayscale' if c == 1 else 'RGB'}, resize to {h}x{w} ({resample}), scale to [0,1], "
