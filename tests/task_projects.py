@@ -43,6 +43,40 @@ def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_dr
     return root
 
 
+def segmenter_project(root: Path) -> Path:
+    """A tiny segmenter of real digits (tests/task_models/tiny_segmenter.py) with masks."""
+    import paddle
+
+    sys.path.insert(0, str(MODELS))
+    try:
+        import tiny_segmenter as seg
+    finally:
+        sys.path.remove(str(MODELS))
+    root.mkdir(parents=True)
+    shutil.copy(MODELS / "tiny_segmenter.py", root / "tiny_segmenter.py")
+    paddle.save(seg.train().state_dict(), str(root / "seg.pdparams"))
+    (root / "data").mkdir()
+    x, masks = seg.scenes(64, seed=5)
+    np.savez(root / "data" / "calib.npz", x=seg.scenes(64, seed=3)[0])
+    np.savez(root / "data" / "eval.npz", x=x, labels=masks)
+    (root / "edgeforge.toml").write_text(textwrap.dedent("""
+        name = "tiny-seg"
+        [model]
+        factory = "tiny_segmenter:build"
+        weights = "seg.pdparams"
+        [[model.inputs]]
+        name = "x"
+        shape = [-1, 1, 32, 32]
+        [data]
+        calibration = "data/calib.npz"
+        evaluation = "data/eval.npz"
+        [task]
+        kind = "segmentation"
+        max_metric_drop = 10
+        """))
+    return root
+
+
 FACTORIES = {False: "build", True: "build_with_nms", "matrix": "build_with_nms", "multiclass": "build_with_nms3"}
 
 
