@@ -12,69 +12,65 @@ import numpy as np
 MODELS = Path(__file__).resolve().parent / "task_models"
 
 
-def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_drop = 5\n') -> Path:
-    import paddle
+def _model(name: str):
+    """A module of tests/task_models."""
+    import importlib
 
     sys.path.insert(0, str(MODELS))
     try:
-        import ctc_digits
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(MODELS))
-    root.mkdir(parents=True)
-    shutil.copy(MODELS / "ctc_digits.py", root / "ctc_digits.py")
-    paddle.save(ctc_digits.train(seconds=10).state_dict(), str(root / "ctc.pdparams"))
-    (root / "data").mkdir()
-    x, labels = ctc_digits.strings(96, seed=5)
-    np.savez(root / "data" / "calib.npz", x=ctc_digits.strings(64, seed=3)[0])
-    np.savez(root / "data" / "eval.npz", x=x, labels=labels)
-    (root / "edgeforge.toml").write_text(textwrap.dedent("""
-        name = "ctc-digits"
+
+
+def _toml(name: str, factory: str, weights: str, shape: list[int], task: str) -> str:
+    return textwrap.dedent(f"""
+        name = "{name}"
         [model]
-        factory = "ctc_digits:build"
-        weights = "ctc.pdparams"
+        factory = "{factory}"
+        weights = "{weights}"
         [[model.inputs]]
         name = "x"
-        shape = [-1, 1, 8, 32]
+        shape = {shape}
         [data]
         calibration = "data/calib.npz"
         evaluation = "data/eval.npz"
         [task]
-        """) + task)
+        """) + task
+
+
+def _write_project(root: Path, module: str, weights: dict, data: dict, toml: str) -> Path:
+    """``root`` with tests/task_models/``module``.py, ``weights`` ({file: state dict}), ``data``
+    ({file under data/: arrays}) and edgeforge.toml."""
+    import paddle
+
+    root.mkdir(parents=True)
+    shutil.copy(MODELS / f"{module}.py", root / f"{module}.py")
+    for name, state in weights.items():
+        paddle.save(state, str(root / name))
+    (root / "data").mkdir()
+    for name, arrays in data.items():
+        np.savez(root / "data" / name, **arrays)
+    (root / "edgeforge.toml").write_text(toml)
     return root
+
+
+def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_drop = 5\n') -> Path:
+    ctc_digits = _model("ctc_digits")
+    x, labels = ctc_digits.strings(96, seed=5)
+    return _write_project(root, "ctc_digits", {"ctc.pdparams": ctc_digits.train(seconds=10).state_dict()},
+                          {"calib.npz": {"x": ctc_digits.strings(64, seed=3)[0]}, "eval.npz": {"x": x, "labels": labels}},
+                          _toml("ctc-digits", "ctc_digits:build", "ctc.pdparams", [-1, 1, 8, 32], task))
 
 
 def segmenter_project(root: Path) -> Path:
     """A tiny segmenter of real digits (tests/task_models/tiny_segmenter.py) with masks."""
-    import paddle
-
-    sys.path.insert(0, str(MODELS))
-    try:
-        import tiny_segmenter as seg
-    finally:
-        sys.path.remove(str(MODELS))
-    root.mkdir(parents=True)
-    shutil.copy(MODELS / "tiny_segmenter.py", root / "tiny_segmenter.py")
-    paddle.save(seg.train().state_dict(), str(root / "seg.pdparams"))
-    (root / "data").mkdir()
+    seg = _model("tiny_segmenter")
     x, masks = seg.scenes(64, seed=5)
-    np.savez(root / "data" / "calib.npz", x=seg.scenes(64, seed=3)[0])
-    np.savez(root / "data" / "eval.npz", x=x, labels=masks)
-    (root / "edgeforge.toml").write_text(textwrap.dedent("""
-        name = "tiny-seg"
-        [model]
-        factory = "tiny_segmenter:build"
-        weights = "seg.pdparams"
-        [[model.inputs]]
-        name = "x"
-        shape = [-1, 1, 32, 32]
-        [data]
-        calibration = "data/calib.npz"
-        evaluation = "data/eval.npz"
-        [task]
-        kind = "segmentation"
-        max_metric_drop = 10
-        """))
-    return root
+    return _write_project(root, "tiny_segmenter", {"seg.pdparams": seg.train().state_dict()},
+                          {"calib.npz": {"x": seg.scenes(64, seed=3)[0]}, "eval.npz": {"x": x, "labels": masks}},
+                          _toml("tiny-seg", "tiny_segmenter:build", "seg.pdparams", [-1, 1, 32, 32],
+                                'kind = "segmentation"\nmax_metric_drop = 10\n'))
 
 
 FACTORIES = {False: "build", True: "build_with_nms", "matrix": "build_with_nms", "multiclass": "build_with_nms3"}
