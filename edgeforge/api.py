@@ -416,12 +416,12 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     def on_wait(line: str) -> None:         # the progress line: a step named by the wait
         waited.append(line)
         if on_event is not None:
-            on_event(line, "start", {})
+            on_event(line, "start", {"wait": True})
 
     with out_lock(out_dir, timeout_s=_lock_timeout(), on_wait=on_wait):
         if waited:
             if on_event is not None:
-                on_event(waited[0], "done", {"cache_hit": False, "seconds": time.monotonic() - t0})
+                on_event(waited[0], "done", {"cache_hit": False, "seconds": time.monotonic() - t0, "wait": True})
             check_out_dir(out_dir)              # what the other build left there
         with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
             ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,

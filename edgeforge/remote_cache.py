@@ -21,7 +21,6 @@ import io
 import json
 import os
 import re
-import sys
 import tarfile
 import threading
 from pathlib import Path, PurePosixPath
@@ -43,8 +42,10 @@ def say_warning(msg: str, width: int = 80) -> None:
     than a line stays whole), continuation lines indented."""
     import textwrap
 
+    from .quiet import TERMINAL     # the terminal, even while a step's native output goes to its log
+
     print(textwrap.fill(f"warning: {msg}", width=width, subsequent_indent="  ", break_long_words=False,
-                        break_on_hyphens=False), file=sys.stderr, flush=True)
+                        break_on_hyphens=False), file=TERMINAL, flush=True)
 
 
 def open_cache(plan) -> Cache:

@@ -12,8 +12,8 @@ import numpy as np
 MODELS = Path(__file__).resolve().parent / "task_models"
 
 
-def _task_model(name: str):
-    """A module of tests/task_models, imported from there."""
+def _model(name: str):
+    """A module of tests/task_models."""
     import importlib
 
     sys.path.insert(0, str(MODELS))
@@ -23,39 +23,55 @@ def _task_model(name: str):
         sys.path.remove(str(MODELS))
 
 
-def _write(root: Path, module: str, state: dict, calib: dict, evaluation: dict, shape: list, extra: str = ""):
-    """A factory project of tests/task_models/``module``.py (``build``), its trained weights,
-    calibration and evaluation data."""
-    import paddle
-
-    root.mkdir(parents=True)
-    shutil.copy(MODELS / f"{module}.py", root / f"{module}.py")
-    paddle.save(state, str(root / "weights.pdparams"))
-    (root / "data").mkdir()
-    np.savez(root / "data" / "calib.npz", **calib)
-    np.savez(root / "data" / "eval.npz", **evaluation)
-    (root / "edgeforge.toml").write_text(textwrap.dedent(f"""
-        name = "{module.replace('_', '-')}"
+def _toml(name: str, factory: str, weights: str, shape: list[int], task: str) -> str:
+    return textwrap.dedent(f"""
+        name = "{name}"
         [model]
-        factory = "{module}:build"
-        weights = "weights.pdparams"
+        factory = "{factory}"
+        weights = "{weights}"
         [[model.inputs]]
         name = "x"
         shape = {shape}
         [data]
         calibration = "data/calib.npz"
         evaluation = "data/eval.npz"
-        """) + extra)
+        """) + (f"[task]\n{task}" if task else "")
+
+
+def _write_project(root: Path, module: str, weights: dict, data: dict, toml: str) -> Path:
+    """``root`` with tests/task_models/``module``.py, ``weights`` ({file: state dict}), ``data``
+    ({file under data/: arrays}) and edgeforge.toml."""
+    import paddle
+
+    root.mkdir(parents=True)
+    shutil.copy(MODELS / f"{module}.py", root / f"{module}.py")
+    for name, state in weights.items():
+        paddle.save(state, str(root / name))
+    (root / "data").mkdir()
+    for name, arrays in data.items():
+        np.savez(root / "data" / name, **arrays)
+    (root / "edgeforge.toml").write_text(toml)
+    return root
 
 
 def ctc_project(root: Path, task: str = 'kind = "ctc"\nblank = 10\nmax_metric_drop = 5\n') -> Path:
-    ctc_digits = _task_model("ctc_digits")
+    ctc_digits = _model("ctc_digits")
     x, labels = ctc_digits.strings(96, seed=5)
     # its 400 steps, however long they take: a wall-time cap gave fewer steps on a loaded host
     # (134 at load 14 on 2 cores) and a float sequence accuracy of 0.19, under the tests' 0.2
-    _write(root, "ctc_digits", ctc_digits.train(seconds=600).state_dict(), {"x": ctc_digits.strings(64, seed=3)[0]},
-           {"x": x, "labels": labels}, [-1, 1, 8, 32], "[task]\n" + task)
-    return root
+    return _write_project(root, "ctc_digits", {"ctc.pdparams": ctc_digits.train(seconds=600).state_dict()},
+                          {"calib.npz": {"x": ctc_digits.strings(64, seed=3)[0]}, "eval.npz": {"x": x, "labels": labels}},
+                          _toml("ctc-digits", "ctc_digits:build", "ctc.pdparams", [-1, 1, 8, 32], task))
+
+
+def segmenter_project(root: Path) -> Path:
+    """A tiny segmenter of real digits (tests/task_models/tiny_segmenter.py) with masks."""
+    seg = _model("tiny_segmenter")
+    x, masks = seg.scenes(64, seed=5)
+    return _write_project(root, "tiny_segmenter", {"seg.pdparams": seg.train().state_dict()},
+                          {"calib.npz": {"x": seg.scenes(64, seed=3)[0]}, "eval.npz": {"x": x, "labels": masks}},
+                          _toml("tiny-seg", "tiny_segmenter:build", "seg.pdparams", [-1, 1, 32, 32],
+                                'kind = "segmentation"\nmax_metric_drop = 10\n'))
 
 
 FACTORIES = {False: "build", True: "build_with_nms", "matrix": "build_with_nms", "multiclass": "build_with_nms3"}
@@ -66,7 +82,11 @@ def detector_project(root: Path, nms: bool | str = False) -> Path:
     "multiclass": PaddleDetection's multiclass_nms3 in the graph; False: raw outputs."""
     import paddle
 
-    det = _task_model("tiny_detector")
+    sys.path.insert(0, str(MODELS))
+    try:
+        import tiny_detector as det
+    finally:
+        sys.path.remove(str(MODELS))
     root.mkdir(parents=True)
     shutil.copy(MODELS / "tiny_detector.py", root / "tiny_detector.py")
     state = det.train(seconds=8).state_dict()
@@ -95,11 +115,11 @@ def detector_project(root: Path, nms: bool | str = False) -> Path:
 
 def dfl_project(root: Path) -> Path:
     """The digits classifier with a rank-1 ``matmul_v2`` weight (tests/task_models/dfl_digits.py)."""
-    dfl_digits = _task_model("dfl_digits")
+    dfl_digits = _model("dfl_digits")
     x, y = dfl_digits.digits()
-    _write(root, "dfl_digits", dfl_digits.train().state_dict(), {"x": x[-160:-96]}, {"x": x[-96:], "labels": y[-96:]},
-           [-1, 1, 8, 8])
-    return root
+    return _write_project(root, "dfl_digits", {"weights.pdparams": dfl_digits.train().state_dict()},
+                          {"calib.npz": {"x": x[-160:-96]}, "eval.npz": {"x": x[-96:], "labels": y[-96:]}},
+                          _toml("dfl-digits", "dfl_digits:build", "weights.pdparams", [-1, 1, 8, 8], ""))
 
 
 PHOTO_MODEL = '''

@@ -431,9 +431,10 @@ def print_gates(gates) -> None:
 
     con = console()
     heads = ("status", "device", "gate", "run", "measured", "limit")
-    rows = [["pass" if g.passed else "FAIL", f"{g.device} {g.fingerprint}".strip(), g.name, g.subject or "-",
+    rows = [["pass" if g.passed else "FAIL", f"{g.device} {g.fingerprint}".strip(),
+             f"{g.name} [{g.metric}]" if getattr(g, "metric", "") else g.name, g.subject or "-",
              "n/a" if g.measured is None else f"{g.measured:.4g}{UNITS[g.name]}",
-             f"{g.threshold:g}{UNITS[g.name]}"] for g in gates]
+             f"{g.threshold:g}{UNITS[g.name]}"] for g in gates]      # drop gates name their metric
     if table_width([[h, *(r[i] for r in rows)] for i, h in enumerate(heads)]) > con.width:
         con.print("quality gates", markup=False)
         for r in rows:

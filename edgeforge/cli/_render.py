@@ -353,6 +353,10 @@ def build_progress(quiet: bool):
     it runs (the build summary's step table says it after)."""
     with spinners(quiet, transient=True) as s:
         def on_event(name, phase, info):
+            if info.get("wait"):        # waiting on another build's lock: said once, and it stays
+                if phase == "start" and not quiet:
+                    console(stderr=True).print(name, markup=False)
+                return
             if phase == "start":
                 s.show(name, name)
             else:

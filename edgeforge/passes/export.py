@@ -184,7 +184,9 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
                 stray.unlink()
             record.update(route="legacy", route_note=f"PIR export failed ({exc.message.removeprefix('pass export: ')}); "
                                                      "exported the legacy program instead")
-            print(f"edgeforge: {record['route_note']}", file=sys.stderr)
+            from ..quiet import TERMINAL
+
+            print(f"edgeforge: {record['route_note']}", file=TERMINAL)       # not the step's log
     if record["route"] == "legacy":
         record["legacy_api_patch"] = jit_save(paddle, layer, str(out_dir / "model"), specs)
         for stray in out_dir.glob("model.pdiparams.info"):

@@ -97,22 +97,25 @@ def is_classifier(doc: dict | None) -> bool:
 
 def figures_of_pair(a: dict, b: dict) -> dict | None:
     """``compare``'s task figures of results ``a`` and ``b``: ``{"a": ..., "b": ..., "line": ...}``,
-    the line 'mIoU: A 72.30% -> B 70.10% (drop vs float: A 0.00, B 2.20 points)'; None when
+    the line 'mIoU (float 72.30%): A 72.30% -> B 70.10%, drop A 0.00 -> B 2.20 points'; None when
     neither holds one."""
     fa, fb = task_figure(a.get("drift")), task_figure(b.get("drift"))
     if fa is None and fb is None:
         return None
-    name = (fa or fb).name
     if fa is not None and fb is not None and fa.name != fb.name:
         line = f"task metric: A {fa.text()}; B {fb.text()}"
     else:
-        def val(f):
-            return "-" if f is None else f.value(f.artifact)
+        f = fa or fb
+        floats = {x.value(x.float) for x in (fa, fb) if x is not None}
+        flt = (f"float {floats.pop()}" if len(floats) == 1
+               else f"float A {fa.value(fa.float)}, B {fb.value(fb.float)}")
 
-        def drop(f):
-            return "-" if f is None else fmt.points(f.drop)
-        line = (f"{name}: A {val(fa)} -> B {val(fb)} (drop vs float: A {drop(fa)}, "
-                f"B {drop(fb)} points)")
+        def val(x):
+            return "-" if x is None else x.value(x.artifact)
+
+        def drop(x):
+            return "-" if x is None else fmt.points(x.drop)
+        line = f"{f.name} ({flt}): A {val(fa)} -> B {val(fb)}, drop A {drop(fa)} -> B {drop(fb)} points"
     return {"a": fa.to_dict() if fa else None, "b": fb.to_dict() if fb else None, "line": line}
 
 

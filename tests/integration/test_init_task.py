@@ -93,11 +93,11 @@ def test_detection_from_coco_instances_builds_with_map(tmp_path):
 def test_segmentation_from_mask_pngs_builds_with_miou(tmp_path):
     import paddle
 
-    seg = _model("tiny_segmenter")
+    seg = _model("stroke_segmenter")
     work = tmp_path / "user"
     (work / "images").mkdir(parents=True)
     (work / "masks").mkdir()
-    shutil.copy(MODELS / "tiny_segmenter.py", work)
+    shutil.copy(MODELS / "stroke_segmenter.py", work)
     paddle.save(seg.train().state_dict(), str(work / "seg.pdparams"))
     x, masks = seg.scenes(45, seed=4)
     masks[:, 0, :] = 255                                   # an ignored row
@@ -105,13 +105,13 @@ def test_segmentation_from_mask_pngs_builds_with_miou(tmp_path):
         Image.fromarray((x[i] * 255).round().astype("uint8"), "L").save(work / "images" / f"d{i:02d}.jpg",
                                                                          quality=95)
         Image.fromarray(masks[i].astype("uint8"), "L").save(work / "masks" / f"d{i:02d}.png")
-    res = run_cli("init", "proj", "--factory", "tiny_segmenter:build", "--weights", "seg.pdparams",
+    res = run_cli("init", "proj", "--factory", "stroke_segmenter:build", "--weights", "seg.pdparams",
                   "--input", "x:-1,1,32,32", "--data", "images", "--task", "segmentation",
                   "--labels", "masks", "--seed", "3", cwd=work)
     assert res.returncode == 0, res.stderr
     assert "masks: classes 0..1 (255 ignored)" in res.stdout
     project = work / "proj"
-    shutil.copy(MODELS / "tiny_segmenter.py", project)
+    shutil.copy(MODELS / "stroke_segmenter.py", project)
     with np.load(project / "data" / "eval.npz") as z:
         labels = z["labels"]
     for j, src in enumerate(_eval_sources(project)):

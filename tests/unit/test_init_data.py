@@ -80,3 +80,11 @@ def test_data_folders_refused_in_one_line(tmp_path, setup, fragment):
     with pytest.raises(ConfigError, match=fragment):
         make_data(src, [spec], tmp_path / "c.npz", tmp_path / "e.npz")
     assert not (tmp_path / "c.npz").exists()
+
+
+def test_mean_and_std_are_rounded_for_people(tmp_path):
+    src = _rgb_folder(tmp_path / "imgs")
+    spec = {"name": "img", "shape": [-1, 3, 8, 8], "dtype": "float32"}
+    rep = make_data(src, [spec], tmp_path / "c.npz", tmp_path / "e.npz", mean="0.485,0.456,0.406",
+                    std="0.229,0.224,0.225")
+    assert "mean [0.485, 0.456, 0.406] / std [0.229, 0.224, 0.225]" in rep.preprocessing

@@ -8,6 +8,7 @@ import import_graph
 # then cache (writes through fsutil).
 ROWS = {
     "errors": 0, "oserror": 0, "paddle_env": 0, "runner": 0, "lite_child": 0, "edgeforge": 0,
+    "quiet": 0,                         # native output to a step's log (stdlib only)
     "fsutil": 0.3, "cache": 0.6,
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "results": 1, "quant": 1,
     "toolchain_web": 1.2,               # onnxruntime-web from npm, beside the toolchains dir
@@ -17,6 +18,7 @@ ROWS = {
     "init_toml": 2.5,                   # init's one edgeforge.toml writer, checked by project's model
     "task": 1.2,                        # task metrics (numpy); user metrics in a child (native)
     "inference": 1.5,                   # an exported program, read in a child (native)
+    "fold_data": 1.5,                   # a folded input's data (task.parity's images, the runner's pipeline)
     "project": 2, "targets": 2, "report": 2, "remote_cache": 2,
     "contracts": 3, "options": 3,
     "passes": 4,

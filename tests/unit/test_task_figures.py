@@ -58,7 +58,7 @@ def test_report_and_compare_show_map_and_miou(tmp_path, capsys):
         assert "mIoU drop 2.2 points: ship INT8" in doc and "mAP@0.5 drop 1.4 points" in doc
     by_name = {f.name: f for f in files}
     assert main(["compare", str(by_name["ppliteseg-orin-fp32.json"]), str(by_name["ppliteseg-orin-int8.json"])]) == 0
-    assert "mIoU: A 72.30% -> B 70.10% (drop vs float: A 0.00, B 2.20 points)" in capsys.readouterr().out
+    assert "mIoU (float 72.30%): A 72.30% -> B 70.10%, drop A 0.00 -> B 2.20 points" in capsys.readouterr().out
     assert main(["compare", "--json", str(by_name["picodet-rpi4-fp32.json"]),
                  str(by_name["picodet-rpi4-int8.json"])]) == 0
     doc = json.loads(capsys.readouterr().out)["task_metric"]
