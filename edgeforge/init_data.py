@@ -112,7 +112,7 @@ def _size_check(count: int, sample: list[int], dtype: str, what: str) -> None:
                           f"than init writes ({MAX_DATA_BYTES >> 30} GiB)", hint="give fewer samples")
 
 
-def _image_layout(spec: dict) -> tuple[int, int, int, bool]:
+def image_layout(spec: dict) -> tuple[int, int, int, bool]:
     """(channels, height, width, channels_first) of a one-image input, or a ConfigError."""
     shape = spec["shape"]
     if len(shape) != 4:
@@ -182,7 +182,7 @@ def _pixels(im, c: int, size: tuple[int, int], how) -> np.ndarray:
 def _images(files, spec: dict, src: DataSource) -> tuple[np.ndarray, list[tuple[int, int]], str]:
     from PIL import Image
 
-    c, h, w, first = _image_layout(spec)
+    c, h, w, first = image_layout(spec)
     m, s = _per_channel(src.mean, c, "mean"), _per_channel(src.std, c, "std")
     raw = np.dtype(spec["dtype"]).kind in "iu"          # an integer input takes the pixel values
     if raw and (m is not None or s is not None):

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import describe
 from .errors import ConfigError
-from .init_data import Samples, _image_layout, open_image
+from .init_data import Samples, image_layout, open_image
 from .task.labels import check_labels
 
 MAX_LABEL_BYTES = 256 << 20
@@ -120,7 +120,7 @@ def _coco(path: Path, got: Samples, spec: dict) -> TaskLabels:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
         raise ConfigError(f"--labels {path}: not a COCO instances file: {where}: {describe(err)}") from None
-    _, h, w, _ = _image_layout(spec)
+    _, h, w, _ = image_layout(spec)
     cats = sorted(doc.categories, key=lambda c: c.id)
     cls = {c.id: i for i, c in enumerate(cats)}
     images = _match(got.sources, {im.file_name: im for im in doc.images}, "COCO image entry", path)
@@ -174,7 +174,7 @@ def _masks(path: Path, got: Samples, spec: dict) -> TaskLabels:
 
     if not path.is_dir():
         raise ConfigError(f"--labels {path}: not a directory", hint="--task segmentation takes a folder of mask PNGs")
-    _, h, w, _ = _image_layout(spec)
+    _, h, w, _ = image_layout(spec)
     found = {s: _mask_for(path, s) for s in got.sources}
     _match(got.sources, {s: p for s, p in found.items() if p is not None}, "mask PNG", path)
     labels = np.empty((len(got.sources), h, w), dtype="int64")

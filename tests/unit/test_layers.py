@@ -9,8 +9,10 @@ import import_graph
 ROWS = {
     "errors": 0, "oserror": 0, "paddle_env": 0, "runner": 0, "lite_child": 0, "edgeforge": 0,
     "quiet": 0,                         # native output to a step's log (stdlib only)
+    "stop_signals": 0.1,                # the stop handlers kept after import paddle (errors' Stopped)
     "fsutil": 0.3, "cache": 0.6,
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "results": 1, "quant": 1,
+    "remote_settings": 1.1,             # the remote cache's URL/mode/timeout (config's strict model)
     "toolchain_web": 1.2,               # onnxruntime-web from npm, beside the toolchains dir
     "manifest": 1.2,                    # the build manifest's one model (config's DTypes, describe)
     "init_data": 1,
@@ -23,6 +25,7 @@ ROWS = {
     "contracts": 3, "options": 3,
     "passes": 4,
     "init": 4.5,                        # edgeforge init: a factory's InputSpecs through export's import
+    "export_program": 4.6,              # edgeforge export: init's factory inputs, the export pass
     "pipeline": 5,
     "api": 6,
     "lab": 6.5,                         # a labgrid lab: its inventory table, client, place holds

@@ -51,7 +51,8 @@ def test_bad_numbers_are_one_usage_line_naming_the_flag(path, flag, capsys):
     assert code == 2 and out == "" and "Traceback" not in err, err
     assert len(errors) == 1 and errors[0].startswith(f"error: argument {flag}: expected "), err
     parser = _PARSER
-    for bad in BAD:                                   # the rest through the same parser, faster
+    signed = flag == "--mean" and path == ("init",)   # a mean may be negative (it is subtracted)
+    for bad in BAD if not signed else [b for b in BAD if b != "-1"] + ["-1e4"]:   # the rest, same parser
         with pytest.raises(ConfigError, match=f"argument {flag}: expected "):
             parser.parse_args([*path, f"{flag}={bad}"])
 

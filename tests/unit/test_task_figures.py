@@ -55,7 +55,8 @@ def test_report_and_compare_show_map_and_miou(tmp_path, capsys):
     for doc, sep in ((md, " | "), (html, "</td><td>")):
         assert sep.join(["mIoU", "72.30%", "70.10%", "2.20"]) in doc
         assert sep.join(["mAP@0.5", "41.20%", "39.80%", "1.40"]) in doc
-        assert "mIoU drop 2.2 points: ship INT8" in doc and "mAP@0.5 drop 1.4 points" in doc
+        # the demo's segmenter is 1.02x: under the one 5 % minimum effect (report/int8_procedure.py)
+        assert "mIoU drop 2.2 points: no speed-up, ship fp32" in doc and "mAP@0.5 drop 1.4 points" in doc
     by_name = {f.name: f for f in files}
     assert main(["compare", str(by_name["ppliteseg-orin-fp32.json"]), str(by_name["ppliteseg-orin-int8.json"])]) == 0
     assert "mIoU (float 72.30%): A 72.30% -> B 70.10%, drop A 0.00 -> B 2.20 points" in capsys.readouterr().out
