@@ -349,7 +349,7 @@ class OnnxQuantizePass(Pass):
                 ctx.log(f"onnxruntime quantize_static ({algo}, {len(keep)} layers in float)")
                 return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep, ranges,
                                       op_types)
-            left = None if cfg.max_seconds is None else max(1.0, cfg.max_seconds - (time.monotonic() - t0))
+            left = None if cfg.max_seconds is None else round(max(1.0, cfg.max_seconds - (time.monotonic() - t0)), 1)
             return quantize, search_and_fit(
                 cfg.model_copy(update={"max_seconds": left}), ctx, quantize, predict=lambda m, n=None: runner_outputs(m, head(feeds, n), arith),
                 reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
