@@ -25,7 +25,7 @@ from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
 from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES
 from ..quant.ptq_weights import ptq_class, record_odd_weights
-from ..quant.screen import head, search_limits, weight_bytes
+from ..quant.screen import head, onnx_cost, search_limits, weight_bytes
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
@@ -489,15 +489,3 @@ def runner_outputs(model: Path, feeds: dict, arithmetic="host-cpu-kernels") -> l
     from ..runner import edgeforge_runner as runner
 
     return runner.predict_all(predictor(model, arithmetic), feeds)
-
-
-def onnx_cost(plain: Path, kept: Path, speed: dict | None) -> dict:
-    """What keeping layers in float cost against plain INT8: the size change (+: larger) and,
-    from the host's interleaved timing when there is one, the p50 change (+: slower)."""
-    cost = {"size_bytes_int8": plain.stat().st_size, "size_bytes": kept.stat().st_size,
-            "size_delta_bytes": kept.stat().st_size - plain.stat().st_size,
-            "p50_ms_int8": None, "p50_ms": None, "latency_note": "latency is measured on the device"}
-    if speed and speed.get("plain_int8_p50_ms"):
-        cost.update(p50_ms_int8=speed["plain_int8_p50_ms"], p50_ms=speed["int8_p50_ms"],
-                    latency_note=speed["note"])
-    return cost

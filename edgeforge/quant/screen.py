@@ -1,6 +1,7 @@
 """The bounds of the INT8 float-layer search (:class:`.budget.SearchLimits`) for a quantize pass:
 its wall time (``[quantization] max_seconds``, ``--max-search-seconds``), progress lines, and
-the screen of each candidate on a small subset of the evaluation set before the whole of it.
+the screen of each candidate on a small subset of the evaluation set before the whole of it. And what a fit that keeps layers in float costs against plain INT8
+(:func:`onnx_cost`).
 
 The screen runs the candidate on the first :data:`SUBSET` samples and rejects it only when it
 misses by far: it uses more than twice the budget *and* more than the subset's own noise allows
@@ -56,3 +57,15 @@ def weight_bytes(path: Path, op_types) -> dict[str, int]:
     graph = onnx.load(str(path)).graph
     sizes = {t.name: 4 * int(np.prod(t.dims)) for t in graph.initializer}
     return {n.name: sizes.get(n.input[1], 0) for n in graph.node if n.op_type in op_types and len(n.input) > 1}
+
+
+def onnx_cost(plain: Path, kept: Path, speed: dict | None) -> dict:
+    """What keeping layers in float cost against plain INT8: the size change (+: larger) and,
+    from the host's interleaved timing when there is one, the p50 change (+: slower)."""
+    cost = {"size_bytes_int8": plain.stat().st_size, "size_bytes": kept.stat().st_size,
+            "size_delta_bytes": kept.stat().st_size - plain.stat().st_size,
+            "p50_ms_int8": None, "p50_ms": None, "latency_note": "latency is measured on the device"}
+    if speed and speed.get("plain_int8_p50_ms"):
+        cost.update(p50_ms_int8=speed["plain_int8_p50_ms"], p50_ms=speed["int8_p50_ms"],
+                    latency_note=speed["note"])
+    return cost
