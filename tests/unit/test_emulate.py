@@ -123,3 +123,29 @@ def test_the_stage_two_estimate_is_the_last_measured_one(tmp_path):
     assert rootfs.stage2_estimate(tmp_path) == (801.4, "the last build here")
     (tmp_path / rootfs.TIMINGS).write_text('{"stage2": "soon"}')
     assert rootfs.stage2_estimate(tmp_path)[0] == 768.0
+
+
+def test_start_refuses_a_dir_of_the_users(tmp_path):
+    """emulate start writes devices.toml, keys and chmod 0700 in --dir: a folder of the user's is
+    refused before anything is touched (issue 44: replace only what edgeforge wrote)."""
+    import pytest
+
+    from edgeforge.errors import ConfigError
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="did not write"):
+        emulate.Emulator(mine).start()
+    assert (mine / "notes.txt").read_text() == "keep me" and (mine.stat().st_mode & 0o777) != 0o700
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "devices.toml").write_text("[devices.x]\nhost = 'h'\n")      # the user's inventory
+    with pytest.raises(ConfigError, match="did not write"):
+        emulate.Emulator(own).start()
+    assert (own / "devices.toml").read_text() == "[devices.x]\nhost = 'h'\n"
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "devices.toml").write_text(emulate.INVENTORY_MARK + ": ...\n")
+    emulate.Emulator(ours).check_dir()                                   # a previous start's: fine
+    emulate.Emulator(tmp_path / "new").check_dir()

@@ -42,6 +42,10 @@ CONF_DIR = "/etc/edgeforge"             # sshd's config, host key and authorized
 SSHD_PID = "/run/edgeforge-sshd.pid"
 SSHD_LOG = "/var/log/edgeforge-sshd.log"
 EMULATED = "qemu-user"
+INVENTORY_MARK = "# written by edgeforge devices emulate start"
+# what start writes in --dir (the only names it may find there)
+OURS = frozenset({"rootfs", "client_ed25519_key", "client_ed25519_key.pub", "known_hosts", "devices.toml",
+                  "emulate.json"})
 
 
 @dataclass
@@ -114,7 +118,25 @@ class Emulator:
 
     # ------------------------------------------------------------ start
 
+    def check_dir(self) -> None:
+        """``--dir`` holds nothing but what ``start`` writes (ConfigError otherwise): start
+        replaces its devices.toml and keys and makes the directory 0700, so a folder of the
+        user's is refused before anything is touched, as ``build --out`` refuses one."""
+        from ...fsutil import check_ours
+
+        if self.root.is_symlink() or (self.root.exists() and not self.root.is_dir()):
+            raise ConfigError(f"--dir {self.root} exists and is not a directory",
+                              hint="edgeforge replaces only its own output: choose another path")
+        if not self.root.is_dir():
+            return
+        theirs = sorted(e.name for e in self.root.iterdir() if e.name not in OURS)
+        if theirs:
+            raise ConfigError(f"--dir {self.root} holds files edgeforge did not write ({', '.join(theirs[:3])})",
+                              hint="edgeforge replaces only its own output: choose another path or remove it yourself")
+        check_ours(self.inventory, "--dir", (INVENTORY_MARK.encode(),), "an emulated device's devices.toml")
+
     def start(self, timeout: float = 90.0) -> State:
+        self.check_dir()
         rfs.require_root("edgeforge devices emulate start")
         rfs.ensure_binfmt()
         if self.running():
@@ -139,7 +161,7 @@ class Emulator:
         state.timings = timings
         self.state_file.write_text(json.dumps(asdict(state), indent=1) + "\n")
         self.known_hosts.write_text(self._host_key_line())
-        self.inventory.write_text("# written by edgeforge devices emulate start: an aarch64 Debian userland "
+        self.inventory.write_text(f"{INVENTORY_MARK}: an aarch64 Debian userland "
                                   f"under qemu-user ({self.cpu})\n"
                                   "# its timings are not performance figures; its numerics are aarch64's\n\n"
                                   + render_device_toml(self.device()))
