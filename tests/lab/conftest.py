@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from device.conftest import builds, cli, make_fleet  # noqa: F401 - the device tests' fixtures
+from device.conftest import builds, make_fleet  # noqa: F401 - the device tests' fixtures (cli: tests/conftest.py)
 from edgeforge.device.provision.localsshd import free_port
 
 BIN = Path(sys.executable).parent
