@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from zoo_common import COLUMNS, REPO, Cell
 
+ROWS = [f"{m}-{f}" for m in ("pp_lcnet", "pp_hgnetv2", "pp_liteseg", "picodet_s") for f in ("legacy", "pir")]
 SUITE_COLUMNS = {**COLUMNS, "jetson-int8": ("jetson-orin int8", dict(target="jetson-orin"))}
 JSON = REPO / "docs" / "conformance-suite.json"
 BEGIN, END = "<!-- suite-models -->", "<!-- /suite-models -->"
@@ -96,6 +97,12 @@ def save(results: dict[tuple[str, str], Cell], facts: dict) -> dict:
             "facts": {**old.get("facts", {}), **facts}}
     JSON.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
+
+
+def section() -> str:
+    """The section from docs/conformance-suite.json ("" before any run): zoo_common.render_table
+    keeps it when a complete run rewrites docs/conformance.md."""
+    return render(json.loads(JSON.read_text()), ROWS) if JSON.is_file() else ""
 
 
 def render(data: dict, rows: list[str]) -> str:
