@@ -113,6 +113,8 @@ def render(data: dict, rows: list[str]) -> str:
         if c is None:
             return "— (not run)"
         text = ("⊘ " if c["limit"] else "✓ " if c["ok"] else "✗ ") + c["figure"]
+        if c.get("route"):
+            text += f" · {c['route']}"
         if c.get("note"):
             if c["note"] not in notes:
                 notes.append(c["note"])

@@ -63,7 +63,7 @@ def _refusal(proj: ZooProject, column: str, tmp_path) -> Cell:
     names_command = any(w in res.stderr for w in ("edgeforge ", "FLAGS_enable_pir_api=0"))
     assert names_command, f"the refusal names no command: {res.stderr[-1000:]}"
     hint = next((ln for ln in res.stderr.splitlines() if ln.startswith("hint:")), "")
-    return Cell(True, "refused (exit 2)", limit=True, note=f"`{errors[0][:300]}`" + (f" `{hint[:200]}`" if hint else ""))
+    return Cell(True, "refused (exit 2)", limit=True, note=f"`{errors[0][:600]}`" + (f" `{hint[:300]}`" if hint else ""))
 
 
 @pytest.mark.parametrize("column", list(SUITE_COLUMNS))
