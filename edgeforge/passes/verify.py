@@ -121,9 +121,9 @@ class VerifyPass(Pass):
         ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
         return rec
 
-    def batch_check(self, run, feeds: dict, float_dir: Path, task) -> dict:
-        """``verify.batches``: the detections at batch 1 and 4 against the float model's
-        (:mod:`.verify_batches`)."""
+    def batch_check(self, run, feeds: dict, float_dir: Path, task, precision: str) -> dict:
+        """``verify.batches``: the detections at batch 1 and 4 against the float model's (fp32)
+        or the artifact's own at one batch (INT8) (:mod:`.verify_batches`)."""
         from ..task.evaluate import detections
         from ..task.post import answers_of, nms_rows
         from .verify_batches import detection_batches, per_image
@@ -137,8 +137,11 @@ class VerifyPass(Pass):
 
         limit = (self.config.task or {}).get("max_metric_drop")
         limit = self.config.max_accuracy_drop if limit is None else limit
-        return detection_batches(run, feeds, lambda sub: paddle_inference(float_dir, sub), answers, limit,
-                                 task.score_threshold)
+        if precision == "fp32":
+            return detection_batches(run, feeds, lambda sub: paddle_inference(float_dir, sub), answers, limit,
+                                     task.score_threshold)
+        return detection_batches(run, feeds, lambda sub: runner.predict_all(run, sub, len(next(iter(sub.values())))),
+                                 answers, limit, task.score_threshold, truth_is_float=False)
 
     def fold_check(self, fold: dict, feeds: dict, reference: list, outs, ctx: PassContext) -> dict:
         """fold = true: the folded float program and the artifact against the unfolded model (the
@@ -333,7 +336,7 @@ class VerifyPass(Pass):
                 ok = worst_cos >= cfg.min_cosine
                 reason = f"cosine {worst_cos:.4f} < {cfg.min_cosine}"
             if task.kind == "detection" and ctx.backend == "onnx":
-                result["batches"] = self.batch_check(run, feeds, float_dir, task)
+                result["batches"] = self.batch_check(run, feeds, float_dir, task, precision)
                 if ok and result["batches"]["status"] == "failed":
                     ok, reason = False, result["batches"]["reason"]
             result["status"] = "passed" if ok else "failed"

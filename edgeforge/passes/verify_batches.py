@@ -18,17 +18,21 @@ SAMPLES = 16
 
 
 def detection_batches(run: Callable, feeds: dict, float_outputs: Callable, answers: Callable,
-                      limit: float, score_threshold: float) -> dict:
-    """``run``: the artifact's predictor; ``float_outputs(feeds)``: the float program's outputs;
-    ``answers(outputs, is_float)``: outputs -> detections per image (through the runner's
-    post-processing where there is one). Fails (``status``) when the mAP@0.5 against the
-    float detections at a batch is more than ``limit`` points below 100."""
+                      limit: float, score_threshold: float, truth_is_float: bool = True) -> dict:
+    """``run``: the artifact's predictor; ``float_outputs(feeds)``: the truth's outputs, the
+    float program's (``truth_is_float``; fp32) or the artifact's own at the whole sample as
+    one batch (INT8: quantization moves detections off the float model's, which the task
+    metric judges; this check is about the batch size); ``answers(outputs, is_float)``:
+    outputs -> detections per image (through the runner's post-processing where there is one).
+    Fails (``status``) when the mAP@0.5 against the truth at a batch is more than ``limit``
+    points below 100."""
     from ..runner.edgeforge_runner import predict_all
     from ..task.detection import against_float
 
     n = min(SAMPLES, len(next(iter(feeds.values()))))
     sub = {k: v[:n] for k, v in feeds.items()}
-    truth = answers(float_outputs(sub), True)
+    truth = answers(float_outputs(sub), truth_is_float)
+    against = "the float model's" if truth_is_float else f"its own at batch {n}"
     rows, worst = [], None
     for batch in BATCHES:
         got = answers(predict_all(run, sub, batch), False)
@@ -42,10 +46,11 @@ def detection_batches(run: Callable, feeds: dict, float_outputs: Callable, answe
                      **{k: fig[k] for k in ("matched", "float_boxes", "matched_iou", "score_error") if k in fig}})
         if drop > limit and (worst is None or drop > worst["drop"]):
             worst = rows[-1]
-    record = {"status": "passed" if worst is None else "failed", "runs": rows}
+    record = {"status": "passed" if worst is None else "failed", "against": "float" if truth_is_float else "artifact",
+              "runs": rows}
     if worst is not None:
-        record["reason"] = (f"at batch {worst['batch']} the detections differ from the float model's: "
-                            f"mAP@0.5 vs float {worst['map50_vs_float']:.3f} (drop {worst['drop']:.2f} > {limit:g})")
+        record["reason"] = (f"at batch {worst['batch']} the detections differ from {against}: "
+                            f"mAP@0.5 {worst['map50_vs_float']:.3f} (drop {worst['drop']:.2f} > {limit:g})")
     return record
 
 

@@ -49,3 +49,29 @@ def test_no_sure_float_box_means_none_from_the_artifact():
 def test_only_rows_and_counts_are_nms_rows():
     assert has_nms_rows([ROWS, COUNTS])
     assert not has_nms_rows([np.zeros((2, 16, 4)), np.zeros((2, 3, 16))])
+
+
+def _detector(batch_dependent: bool):
+    """A predictor whose detections are a function of each image (its mean picks the box),
+    or, ``batch_dependent``, also of the batch size (the bug verify.batches is for)."""
+    def run(feeds):
+        x = feeds["x"]
+        rows = [[float(int(m) % 2), 0.9, 10 * m, 10, 10 * m + 40, 50] for m in x.reshape(len(x), -1).mean(1)]
+        if batch_dependent and len(x) == 1:
+            rows = [[r[0], r[1], r[2] + 30, r[3] + 30, r[4] + 30, r[5] + 30] for r in rows]
+        return [np.array(rows, "float32"), np.ones(len(x), "int32")]
+    return run
+
+
+def test_int8_batches_are_judged_against_the_artifact_at_one_batch():
+    from edgeforge.passes.verify_batches import detection_batches
+    from edgeforge.runner.edgeforge_runner import predict_all
+    from edgeforge.task.evaluate import detections
+
+    feeds = {"x": np.arange(16, dtype="float32").reshape(16, 1, 1, 1)}
+    for dependent, status in ((False, "passed"), (True, "failed")):
+        run = _detector(dependent)
+        rec = detection_batches(run, feeds, lambda sub, run=run: predict_all(run, sub, 16),
+                                lambda o, f: detections(o), 10.0, 0.5, truth_is_float=False)
+        assert rec["status"] == status and rec["against"] == "artifact", rec
+    assert "at batch 1" in rec["reason"] and "its own at batch 16" in rec["reason"]

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from zoo_common import COLUMNS, REPO, Cell
 
+ROWS = [f"{m}-{f}" for m in ("pp_lcnet", "pp_hgnetv2", "pp_liteseg", "picodet_s") for f in ("legacy", "pir")]
 SUITE_COLUMNS = {**COLUMNS, "jetson-int8": ("jetson-orin int8", dict(target="jetson-orin"))}
 JSON = REPO / "docs" / "conformance-suite.json"
 BEGIN, END = "<!-- suite-models -->", "<!-- /suite-models -->"
@@ -98,6 +99,12 @@ def save(results: dict[tuple[str, str], Cell], facts: dict) -> dict:
     return data
 
 
+def section() -> str:
+    """The section from docs/conformance-suite.json ("" before any run): zoo_common.render_table
+    keeps it when a complete run rewrites docs/conformance.md."""
+    return render(json.loads(JSON.read_text()), ROWS) if JSON.is_file() else ""
+
+
 def render(data: dict, rows: list[str]) -> str:
     cells = {(c["row"], c["column"]): c for c in data["cells"]}
     notes: list[str] = []
@@ -106,6 +113,8 @@ def render(data: dict, rows: list[str]) -> str:
         if c is None:
             return "— (not run)"
         text = ("⊘ " if c["limit"] else "✓ " if c["ok"] else "✗ ") + c["figure"]
+        if c.get("route"):
+            text += f" · {c['route']}"
         if c.get("note"):
             if c["note"] not in notes:
                 notes.append(c["note"])

@@ -408,7 +408,8 @@ def suite_project(root: Path, name: str, fmt: str, trained=None) -> tuple[Path, 
     try:
         facts.update(export(layer, root / "program" / "model", fmt, SIZES[name]))
     except Exception as exc:                    # noqa: BLE001 - the cell shows it
-        facts["export_error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+        facts["export_error"] = f"{type(exc).__name__}: {lines[0][:100]} … {lines[-1][:300]}"
     (root / "program" / "model.pdiparams.info").unlink(missing_ok=True)
     task = {"classification": "", "segmentation": '[task]\nkind = "segmentation"\n',
             "detection": '[task]\nkind = "detection"\nmax_metric_drop = 10\n'}[KINDS[name]]

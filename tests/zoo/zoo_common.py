@@ -334,7 +334,9 @@ def render_table(results: dict[tuple[str, str], Cell], wall_s: float | None, *, 
             *extra_rows,
             "",
         ]
-    return "\n".join(out)
+    from suite_cells import section      # Paddle's suite models (test_suite_models.py), kept
+
+    return "\n".join(out) + ("\n" + section() if section() else "")
 
 
 if __name__ == "__main__":       # re-render the table from a run's raw cells
