@@ -293,7 +293,7 @@ def check_post(project: Project, exported) -> None:
     bad = against_outputs(project.spec, shapes) if isinstance(shapes, list) and shapes else None
     if bad:
         raise ConfigError(f"{project.root / 'edgeforge.toml'}: {bad}",
-                          hint="use the index of the output the step reads (export's probe counted them)")
+                          hint="fix the key it names (export's probe counted the model's outputs)")
 
 
 def _after_export(project: Project, labels, ctx, on_event: Event | None) -> Event:

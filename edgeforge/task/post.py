@@ -55,6 +55,9 @@ def against_outputs(spec, shapes: list) -> str | None:
     if post is None and (task or {}).get("kind") != "ctc":
         return None
     op = resolve(post, task)
+    mismatch = check(op, task["kind"]) if task and task.get("kind") else None
+    if mismatch:                # the op serves another task: that comes first, whatever the indices
+        return mismatch
     n = len(shapes)
     keys = {"topk": ("output",), "ctc_greedy": ("output",), "nms": ("boxes", "scores"),
             "matrix_nms": ("boxes", "scores")}.get(op["op"], ())
