@@ -181,6 +181,7 @@ class QatPass(Pass):
         algo = quant.algo if quant.algo_fixed else "avg"
         q = OnnxQuantizePass(quant)
         q.scheme = _scheme(ctx)
+        q.degenerate = {}            # tensors the histograms could not bin (quant/degenerate.py)
         pre = ctx.workdir / "qat" / "pre.onnx"
         with quiet_stdout():
             pre_process(fp32, pre)
@@ -190,6 +191,8 @@ class QatPass(Pass):
                 f"{mapped['mapped']} learned range(s)")
         out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
                           list(quant.keep_float), {}, list(INT8_KERNEL_OP_TYPES) + list(FOLDED_ACTIVATIONS), overrides)
+        if q.degenerate:
+            record["degenerate_ranges"] = dict(q.degenerate)
         return out, algo
 
     def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:

@@ -6,16 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ("[W:onnxruntime", "Removing initializer", "\x1b[0;93m", "deprecated", "W1205", "I1205",
           "[Paddle2ONNX]", "qdq_quantizer", "Warning", "WARNING")
 
 
-def test_a_cold_build_prints_only_edgeforge_lines(tmp_path):
+def test_a_cold_build_prints_only_edgeforge_lines(digits_project, tmp_path):
     env = {**os.environ, "COLUMNS": "80"}
-    proc = subprocess.run([sys.executable, "-m", "edgeforge.cli", "build", str(ROOT / "examples" / "digits"),
+    proc = subprocess.run([sys.executable, "-m", "edgeforge.cli", "build", str(digits_project),
                            "--target", "linux-x86", "--no-cache", "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
