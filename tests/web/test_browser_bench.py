@@ -92,11 +92,11 @@ def test_a_page_past_its_deadline_is_exit_4(cli, web_builds, web_lab):
     inv, res = web_lab
     t0 = time.monotonic()
     code, out, err = cli("bench", web_builds.fp32, "--device", "chromium", "--inventory", inv, "--results", res,
-                         "--runs", "100000", "--warmups", "1", "--timeout", "8", "--connect-timeout", "30")
+                         "--runs", "1000000", "--warmups", "1", "--timeout", "8", "--connect-timeout", "30")
     assert code == 4 and "did not finish within 38s (during the timed runs)" in err, err
     assert time.monotonic() - t0 < 38 + 30
     (kept,) = _results(res)         # the samples measured before the deadline
-    assert kept["status"] == "incomplete" and 0 < len(kept["samples_ms"]) < 100000
+    assert kept["status"] == "incomplete" and 0 < len(kept["samples_ms"]) < 1000000
 
 
 def _chromedriver_of(pid: int) -> int | None:
