@@ -18,10 +18,10 @@ os.environ.setdefault("FLAGS_enable_pir_api", "0")
 warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
 warnings.filterwarnings("ignore", message="When training, we now always track", category=UserWarning)
 
-import numpy as np
-import paddle
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
+import numpy as np  # noqa: E402  (after the warning filters above)
+import paddle  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     loss_fn = paddle.nn.CrossEntropyLoss()
     start = time.time()
     rng = np.random.default_rng(0)
-    for epoch in range(args.epochs):
+    for _epoch in range(args.epochs):
         model.train()
         order = rng.permutation(len(x_train))
         for i in range(0, len(order), 64):
