@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     import onnxruntime
 
     from edgeforge.device.provision.localsshd import LocalSshd
-    from edgeforge.runner.edgeforge_runner import cpu_flags, int8_cpu_flags
+    from edgeforge.runner.device_facts import cpu_flags, int8_cpu_flags
 
     onnxruntime.set_default_logger_severity(3)         # its graph-cleaning warnings are not ours
 

@@ -109,7 +109,8 @@ def onnx_goals(repeat: int = 1) -> int:
 
     from edgeforge import api
     from edgeforge.quant.speed import interleaved, p50
-    from edgeforge.runner.edgeforge_runner import drift_metrics, onnx_predictor, predict_all
+    from edgeforge.runner.metrics import drift_metrics
+    from edgeforge.runner.predictors import onnx_predictor, predict_all
 
     onnxruntime.set_default_logger_severity(3)         # its graph-cleaning warnings are not ours
 

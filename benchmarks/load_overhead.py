@@ -1,4 +1,4 @@
-"""What the runner's load mode costs: one worker of ``edgeforge_runner.py load`` against a bare
+"""What the runner's load mode costs: one worker of the runner's ``load`` against a bare
 loop of ``session.run`` on the same artifact, the same session options and the same input.
 
 Both sides get a fresh session per round (as the load mode does per level), the same warm-up,
@@ -26,7 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.runner.device_facts import cpu_flags, fingerprint, int8_cpu_flags
+from edgeforge.runner.load import _load_call, _load_feeds, load_level
+from edgeforge.runner.reference import load_reference
 
 GOAL = 0.03          # the load mode may cost at most 3 % of the bare loop's throughput
 
@@ -55,7 +57,7 @@ class Recorder:
 
     def __init__(self):
         self.starts: list[float] = []
-        self.make = runner._load_call
+        self.make = _load_call
 
     def __call__(self, *args):
         call, rec, clock = self.make(*args), self.starts.append, time.perf_counter
@@ -74,7 +76,7 @@ class Recorder:
 def bare(build_dir: str, spec: dict, feeds: dict, warmup_s: float, duration_s: float,
          threads) -> float:
     """Inferences/s of ``session.run`` in a plain loop (a fresh session, default spinning)."""
-    call = runner._load_call(spec, build_dir, threads, True, feeds)
+    call = _load_call(spec, build_dir, threads, True, feeds)
     end = time.perf_counter() + warmup_s
     while time.perf_counter() < end:
         call()
@@ -90,26 +92,26 @@ def measure(build_dir: str, batch: int, rounds: int, duration_s: float) -> dict:
     manifest = json.loads((Path(build_dir) / "manifest.json").read_text())
     spec = {**manifest, "runtime": manifest.get("runtime") or {}}
     threads = spec["runtime"].get("threads")
-    feeds = runner.load_reference(build_dir, spec)[0]
+    feeds = load_reference(build_dir, spec)[0]
     level = {"mode": "closed", "sessions": "shared", "threads": threads, "batch": batch,
              "concurrency": 1, "rate": None}
     warmup_s = 0.5
     got = {"bare": [], "load": []}
     gaps = {"bare": [], "load": []}
     rec = Recorder()
-    runner._load_call = rec
+    _load_call = rec
     try:
         for i in range(rounds):
             for side in (("bare", "load") if i % 2 == 0 else ("load", "bare")):
                 if side == "bare":
-                    got[side].append(bare(build_dir, spec, runner._load_feeds(feeds, batch), warmup_s,
+                    got[side].append(bare(build_dir, spec, _load_feeds(feeds, batch), warmup_s,
                                           duration_s, threads))
                 else:
-                    lv = runner.load_level(spec, build_dir, level, feeds, warmup_s, duration_s)
+                    lv = load_level(spec, build_dir, level, feeds, warmup_s, duration_s)
                     got[side].append(lv["inferences_per_s"])
                 gaps[side].append(rec.take())
     finally:
-        runner._load_call = rec.make
+        _load_call = rec.make
     b, l = statistics.median(got["bare"]), statistics.median(got["load"])
     gb, gl = statistics.median(gaps["bare"]), statistics.median(gaps["load"])
     spread = {k: (max(v) - min(v)) / statistics.median(v) for k, v in got.items()}
@@ -132,9 +134,9 @@ def main(argv=None) -> int:
         rows = [measure(str(build), int(b), args.rounds, args.duration) for b in args.batch.split(",")]
     import onnxruntime
 
-    fp = runner.fingerprint()
+    fp = fingerprint()
     print(f"host: {fp['cpu_model']}, {fp['cores']} cores, flags "
-          f"{' '.join(runner.int8_cpu_flags(runner.cpu_flags())) or '-'}")
+          f"{' '.join(int8_cpu_flags(cpu_flags())) or '-'}")
     print(f"model: {manifest.get('name')} {manifest['precision']} ({build.name}), onnxruntime "
           f"{onnxruntime.__version__}, {args.rounds} rounds x {args.duration:g} s per side")
     print()

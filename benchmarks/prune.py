@@ -35,7 +35,7 @@ from common import digits_project
 def run_model(arch: str, work: Path, share: float, steps: int, max_seconds: float) -> list[dict]:
     from edgeforge import api
     from edgeforge.quant.speed import interleaved, p50
-    from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.runner.predictors import onnx_predictor, predict_all
     from edgeforge.task.metrics import cosine
 
     root, facts = digits_project(work / arch / "project", arch, calib=256, evaluation=200)
@@ -54,7 +54,7 @@ def run_model(arch: str, work: Path, share: float, steps: int, max_seconds: floa
                           **({"prune": share} if pruned else {}))
             wall = time.perf_counter() - t
             m = r.manifest
-            out = runner.predict_all(runner.onnx_predictor(r.out_dir / "model.onnx"), feeds)[0]
+            out = predict_all(onnx_predictor(r.out_dir / "model.onnx"), feeds)[0]
             if reference is None:
                 reference = out
             p = m.get("prune") or {}

@@ -59,7 +59,7 @@ def run_model(arch: str, work: Path, steps: int, max_seconds: float, train_steps
     from edgeforge.quant.speed import interleaved, p50
     from edgeforge.contracts import host_arithmetic
     from edgeforge.quant.arithmetic import predictor
-    from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.runner.predictors import predict_all
     from edgeforge.targets import load_target
 
     arith = host_arithmetic(load_target("linux-x86"), "onnx")
@@ -82,7 +82,7 @@ def run_model(arch: str, work: Path, steps: int, max_seconds: float, train_steps
         wall = time.perf_counter() - t
         m = r.manifest
         # verify's arithmetic: exact QDQ where this CPU's INT8 kernels are unsound (onnxruntime#26324)
-        out = runner.predict_all(predictor(r.out_dir / "model.onnx", arith), feeds)[0]
+        out = predict_all(predictor(r.out_dir / "model.onnx", arith), feeds)[0]
         q = m.get("qat") or {}
         rows.append({"model": arch, "variant": name, "float_layers": len(m["keep_float"]),
                      "cosine": m["verify"]["cosine"], "accuracy": float(np.mean(out.argmax(1) == labels)),

@@ -15,7 +15,7 @@ share one environment:
     python3 -m venv /tmp/trt && /tmp/trt/bin/pip install onnxruntime-gpu tensorrt numpy
     /tmp/trt/bin/python benchmarks/tensorrt_check.py check --out trt-check [--json trt.json]
 
-``check`` uses the on-device runner (edgeforge/runner/edgeforge_runner.py: numpy and
+``check`` uses the on-device runner (the edgeforge/runner package: numpy and
 onnxruntime only) with the TensorRT options the build recorded, and checks, in one run:
   - every node of the INT8 and FP16 artifacts is placed on TensorrtExecutionProvider;
   - INT8 is faster than FP16 and FP16 faster than FP32, at batch 1 and 8 (p50 ratios);
@@ -51,10 +51,19 @@ def build(out: Path, project: Path | None = None) -> None:
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("edgeforge_runner", REPO / "edgeforge/runner/edgeforge_runner.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The runner package loaded by path under its zipapp name (this environment has numpy and
+    the runtime only, not edgeforge's dependencies): its modules' functions in one namespace."""
+    import types
+
+    pkg = REPO / "edgeforge" / "runner"
+    spec = importlib.util.spec_from_file_location("edgeforge_runner", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    sys.modules["edgeforge_runner"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules["edgeforge_runner"])
+    ns = types.SimpleNamespace()
+    for name in ("reference", "predictors", "placement", "metrics", "timing"):
+        ns.__dict__.update(vars(importlib.import_module("edgeforge_runner." + name)))
+    return ns
 
 
 def check(out: Path, runs: int, cpu_dry_run: bool = False) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .runner.edgeforge_runner import cpu_flags, int8_cpu_flags
+from .runner.device_facts import cpu_flags, int8_cpu_flags
 from .targets import TYPE_RANGE, EpRules
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ def check_binfmt(root: Path = Path("/proc/sys/fs/binfmt_misc")) -> Item:
 
 
 def check_cpu(cpuinfo: str | None = None) -> Item:
-    from .runner.edgeforge_runner import cpu_flags   # the runner's fingerprint reads the same
+    from .runner.device_facts import cpu_flags   # the runner's fingerprint reads the same
 
     f = cpu_flags(cpuinfo)
     vnni = bool({"avx512_vnni", "avx_vnni"} & f)

@@ -42,7 +42,7 @@ def images_to_bytes(folder: Path, steps: list[dict]) -> np.ndarray | None:
     (None without images)."""
     from PIL import Image
 
-    from .runner.edgeforge_runner import run_pipeline
+    from .runner.pipeline import run_pipeline
     from .task.parity import images
 
     paths = images(folder) if folder.is_dir() else []

@@ -1,7 +1,7 @@
 """Paddle Lite work in the Lite toolchain's interpreter: ``python lite_child.py JOB.json``.
 
 This file imports nothing from edgeforge (the toolchain's Python 3.10 has only paddlelite,
-numpy and onnxruntime); it loads the on-device runner by path for the predictor code. The job is
+numpy and onnxruntime); it loads the on-device runner package by path for the predictor code. The job is
 JSON ``{"op": "opt"|"predict", ...}``; the outcome goes to ``JOB.json.out`` as
 ``{"ok": value}`` or ``{"error": "Type: message"}``. A crash of Paddle Lite kills this process,
 and the parent (edgeforge.native.run_script) turns the signal into one line.
@@ -12,14 +12,20 @@ import os
 import sys
 import traceback
 
-_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner", "edgeforge_runner.py")
+_RUNNER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner")
+_PACKAGE = "edgeforge_runner"       # the runner package under the name it has in the zipapp
 
 
-def _runner():
-    spec = importlib.util.spec_from_file_location("edgeforge_runner", _RUNNER)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _predictors():
+    """The runner's predictors module, its package loaded by path (``import edgeforge`` would
+    need edgeforge's own dependencies, which this interpreter lacks)."""
+    if _PACKAGE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(_PACKAGE, os.path.join(_RUNNER_DIR, "__init__.py"),
+                                                      submodule_search_locations=[_RUNNER_DIR])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[_PACKAGE] = mod
+        spec.loader.exec_module(mod)
+    return importlib.import_module(_PACKAGE + ".predictors")
 
 
 def opt(job):
@@ -40,7 +46,7 @@ def opt(job):
 def predict(job):
     import numpy as np
 
-    runner = _runner()
+    runner = _predictors()
     with np.load(job["inputs"]) as data:
         feeds = {k: data[k] for k in job["names"]}
     run = runner.lite_predictor(job["model"], input_names=job["names"])

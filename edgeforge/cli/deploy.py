@@ -30,7 +30,7 @@ from ._render import fleet_progress
 LAYOUT_HELP = """on the device, per release name:
   <workdir>/deploy/<NAME>/current -> releases/<id>   (the live one)
   <workdir>/deploy/<NAME>/releases/<id>/             artifact, manifest.json,
-      reference/, edgeforge_runner.py, release.json
+      reference/, edgeforge_runner-<sha12>.pyz, release.json
   <workdir>/deploy/<NAME>/history.jsonl              one line per switch
 """
 

@@ -12,8 +12,7 @@ import json
 from ..errors import ConfigError
 from ..options import MAX_THREADS
 from ..report import fmt
-from ..runner.edgeforge_runner import (LOAD_MAX_DURATION_S, LOAD_MAX_RATE, LOAD_MAX_WARMUP_S, LOAD_MAX_WORKERS,
-                                       MAX_BATCH)
+from ..runner.limits import LOAD_MAX_DURATION_S, LOAD_MAX_RATE, LOAD_MAX_WARMUP_S, LOAD_MAX_WORKERS, MAX_BATCH
 from ._common import (
     EXIT_CODES_HELP,
     add_session_flags,

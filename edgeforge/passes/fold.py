@@ -28,7 +28,7 @@ def unfold(x: np.ndarray, fold: dict) -> np.ndarray:
     ``run_pipeline`` (its array steps)."""
     from PIL import Image
 
-    from ..runner.edgeforge_runner import run_pipeline
+    from ..runner.pipeline import run_pipeline
 
     return np.stack([run_pipeline(Image.fromarray(np.ascontiguousarray(img), "RGB"), fold["steps"]) for img in x])
 
@@ -65,7 +65,7 @@ def unfolded_outputs(project, fold: dict, feeds: dict, log: Path) -> list:
 
 def compare(outs: list, unfolded: list) -> dict:
     """Figures of ``outs`` against the unfolded model's: worst relative max error, min cosine."""
-    from ..runner.edgeforge_runner import drift_metrics
+    from ..runner.metrics import drift_metrics
 
     m = drift_metrics(outs, unfolded)
     per = m["outputs"]

@@ -5,7 +5,7 @@ PIR route; its legacy op list lacks it). :func:`cut_matrix_nms` ends the PIR pro
 to paddle2onnx (the converter's copy: verify's float reference keeps the op) at the op's inputs,
 ``boxes [N, A, 4]`` and ``scores [N, C, A]``, as the first two outputs, and returns the op's
 attributes as the ``[postprocess] op = "matrix_nms"`` the runner applies on the device (and
-verify on the host): :func:`edgeforge.runner.edgeforge_runner.matrix_nms`, Paddle's CPU kernel
+verify on the host): :func:`edgeforge.runner.postprocess.matrix_nms`, Paddle's CPU kernel
 in numpy. Outputs that do not depend on the NMS stay, after those two.
 """
 from __future__ import annotations

@@ -249,7 +249,7 @@ def simulation_check(simulated: Path, model: Path) -> dict | None:
     import numpy as np
 
     from ..quant.arithmetic import EXACT_QDQ, predictor
-    from ..runner.edgeforge_runner import predict_all
+    from ..runner.predictors import predict_all
     from ..task.metrics import cosine
 
     if not simulated.is_file():

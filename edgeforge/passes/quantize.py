@@ -319,7 +319,7 @@ class OnnxQuantizePass(Pass):
         from ..quant.budget import onnx_rank
         from ..quant import degenerate
         from ..quant.onnx_ptq import op_types_to_quantize, pre_process
-        from ..runner import edgeforge_runner as runner
+        from ..runner.predictors import onnx_predictor, predict_all
 
         from ..contracts import host_can_time, onnx_scheme
         from ..contracts import host_arithmetic
@@ -352,7 +352,7 @@ class OnnxQuantizePass(Pass):
             left = None if cfg.max_seconds is None else round(max(1.0, cfg.max_seconds - (time.monotonic() - t0)), 1)
             return quantize, search_and_fit(
                 cfg.model_copy(update={"max_seconds": left}), ctx, quantize, predict=lambda m, n=None: runner_outputs(m, head(feeds, n), arith),
-                reference=lambda: runner.predict_all(runner.onnx_predictor(pre), feeds), labels=labels,
+                reference=lambda: predict_all(onnx_predictor(pre), feeds), labels=labels,
                 rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
 
         self.op_types = op_types_to_quantize(pre)
@@ -363,7 +363,7 @@ class OnnxQuantizePass(Pass):
         if host_can_time(ctx.target, ctx.backend)[0]:     # only where the host runs the target's runtime
             model = self._fastest(ctx, inp.path / "model.onnx", (model, plain_path), meta,
                                   lambda keep: quantize(meta["quantization"]["algo"], keep),
-                                  (feeds, labels, lambda: runner.predict_all(runner.onnx_predictor(pre), feeds)))
+                                  (feeds, labels, lambda: predict_all(onnx_predictor(pre), feeds)))
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
         meta["quantization"]["pre_process"] = pre_info
@@ -486,6 +486,6 @@ def _onnx_nodes(path: Path):
 def runner_outputs(model: Path, feeds: dict, arithmetic="host-cpu-kernels") -> list:
     """``model``'s outputs on the host with ``arithmetic`` (``contracts.host_arithmetic``)."""
     from ..quant.arithmetic import predictor
-    from ..runner import edgeforge_runner as runner
+    from ..runner.predictors import predict_all
 
-    return runner.predict_all(predictor(model, arithmetic), feeds)
+    return predict_all(predictor(model, arithmetic), feeds)

@@ -20,7 +20,9 @@ from ..contracts import host_arithmetic
 from ..errors import ConfigError, PassError
 from ..paddle_env import paddle_inference
 from ..quant.arithmetic import predictor
-from ..runner import edgeforge_runner as runner
+from ..runner.limits import E2E_MAX_IMAGE_BYTES
+from ..runner.metrics import drift_metrics
+from ..runner.predictors import predict_all
 from .base import LITE_NB, ONNX, PADDLE_FLOAT, VERIFIED, Artifact, Pass, PassConfig, PassContext, register
 from . import verify_shapes as shapes
 from .reference_data import write_device_reference
@@ -140,7 +142,7 @@ class VerifyPass(Pass):
         if precision == "fp32":
             return detection_batches(run, feeds, lambda sub: paddle_inference(float_dir, sub), answers, limit,
                                      task.score_threshold)
-        return detection_batches(run, feeds, lambda sub: runner.predict_all(run, sub, len(next(iter(sub.values())))),
+        return detection_batches(run, feeds, lambda sub: predict_all(run, sub, len(next(iter(sub.values())))),
                                  answers, limit, task.score_threshold, truth_is_float=False)
 
     def fold_check(self, fold: dict, feeds: dict, reference: list, outs, ctx: PassContext) -> dict:
@@ -196,8 +198,8 @@ class VerifyPass(Pass):
         dest.mkdir(parents=True, exist_ok=True)
         rels = []
         for i, p in enumerate(parity.images(folder) if folder.is_dir() else []):
-            if p.stat().st_size > runner.E2E_MAX_IMAGE_BYTES:
-                raise ConfigError(f"[preprocess] images: {p} is over {runner.E2E_MAX_IMAGE_BYTES >> 20} MB",
+            if p.stat().st_size > E2E_MAX_IMAGE_BYTES:
+                raise ConfigError(f"[preprocess] images: {p} is over {E2E_MAX_IMAGE_BYTES >> 20} MB",
                                   hint="the images travel with the build to the device: use smaller ones")
             name = f"image_{i:02d}{p.suffix.lower()}"
             shutil.copyfile(p, dest / name)
@@ -296,7 +298,7 @@ class VerifyPass(Pass):
                 arith = host_arithmetic(ctx.target, ctx.backend, precision)
                 run = predictor(out_dir / artifact_file, arith)
                 ctx.log(f"running {artifact_file} under onnxruntime on the host ({arith['kind']})")
-                outs = runner.predict_all(run, feeds)
+                outs = predict_all(run, feeds)
                 runtime = run.runtime
                 result["arithmetic"] = arith
             else:
@@ -305,7 +307,7 @@ class VerifyPass(Pass):
                 runtime, outs = lite_outputs(self.name, str(out_dir / artifact_file), names, feeds,
                                              ctx.workdir / "verify-lite.log")
             result["task"] = self.task_record(task, outs, reference, label_arrays, ctx)
-            m = runner.drift_metrics(outs, reference, labels)
+            m = drift_metrics(outs, reference, labels)
             per_output = m.pop("outputs", [])
             if k:       # the accuracy figures are those of the output the labels are for
                 m.update({f: per_output[k][f] for f in ("top1_agreement", "accuracy", "float_accuracy",
@@ -362,7 +364,7 @@ class VerifyPass(Pass):
         meta["num_eval_samples"] = int(len(feeds[names[0]]))
         n = shipped["samples"]
         if outs is not None and n < meta["num_eval_samples"]:      # the device's figures, on the host
-            shipped["host_drift"] = {k: v for k, v in runner.drift_metrics(
+            shipped["host_drift"] = {k: v for k, v in drift_metrics(
                 [o[:n] for o in outs], [r[:n] for r in reference],
                 None if labels is None else labels[:n]).items() if k != "outputs"}
         meta["device_reference"] = shipped

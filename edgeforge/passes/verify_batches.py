@@ -26,7 +26,7 @@ def detection_batches(run: Callable, feeds: dict, float_outputs: Callable, answe
     outputs -> detections per image (through the runner's post-processing where there is one).
     Fails (``status``) when the mAP@0.5 against the truth at a batch is more than ``limit``
     points below 100."""
-    from ..runner.edgeforge_runner import predict_all
+    from ..runner.predictors import predict_all
     from ..task.detection import against_float
 
     n = min(SAMPLES, len(next(iter(feeds.values()))))

@@ -56,9 +56,9 @@ def size_feeds(specs: list, feeds: dict[str, np.ndarray], level: str) -> dict[st
 
 
 def _judge(outs, reference, precision: str, cfg) -> dict:
-    from ..runner import edgeforge_runner as runner
+    from ..runner.metrics import drift_metrics
 
-    per = runner.drift_metrics(outs, reference).get("outputs", [])
+    per = drift_metrics(outs, reference).get("outputs", [])
     rel = max((o["rel_max_abs_error"] or 0.0) for o in per) if per else 0.0
     cos = min((o["cosine"] for o in per if o["cosine"] is not None), default=1.0)
     rec = {"rel_max_abs_error": rel, "cosine": cos}

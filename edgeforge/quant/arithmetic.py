@@ -28,15 +28,15 @@ EXACT_QDQ = "exact-qdq"
 
 
 def predictor(model_path: str | Path, arithmetic: dict | str, threads: int | None = None):
-    """A ``run(feeds)`` callable (as ``runner.onnx_predictor``) on the host's CPU provider that
+    """A ``run(feeds)`` callable (as ``onnx_predictor``) on the host's CPU provider that
     computes ``arithmetic`` (a ``contracts.host_arithmetic`` record or its kind)."""
     kind = arithmetic["kind"] if isinstance(arithmetic, dict) else arithmetic
     if kind not in (HOST_KERNELS, EXACT_QDQ):
         raise ValueError(f"unknown arithmetic {kind!r}")
-    from ..runner import edgeforge_runner as runner
+    from ..runner.predictors import onnx_predictor
 
     if kind == HOST_KERNELS:
-        return runner.onnx_predictor(model_path, threads=threads, providers=["CPUExecutionProvider"])
+        return onnx_predictor(model_path, threads=threads, providers=["CPUExecutionProvider"])
     import numpy as np
     import onnxruntime as ort
 

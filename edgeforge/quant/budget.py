@@ -39,7 +39,7 @@ def accuracy_drop(outputs: list[np.ndarray], reference: list[np.ndarray], labels
 
 def worst_cosine(outputs: list[np.ndarray], reference: list[np.ndarray]) -> float:
     """The lowest mean per-sample cosine over all outputs (verify judges the worst output)."""
-    from ..runner.edgeforge_runner import drift_metrics
+    from ..runner.metrics import drift_metrics
 
     return min((o["cosine"] for o in drift_metrics(outputs, reference)["outputs"] if o["cosine"] is not None),
                default=1.0)

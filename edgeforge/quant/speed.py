@@ -26,7 +26,7 @@ def interleaved(models: dict[str, Path], feeds: dict[str, np.ndarray], runs: int
     interleaved at batch 1 (the first sample of ``feeds``). The order rotates every round, so
     no model always runs right after the same one. ``runs=None``: rounds as :data:`RUNS` and
     :data:`SECONDS` say (fast models get more samples, so compare can tell them apart)."""
-    from ..runner.edgeforge_runner import onnx_predictor
+    from ..runner.predictors import onnx_predictor
 
     one = {k: np.ascontiguousarray(v[:1]) for k, v in feeds.items()}
     runners = {label: onnx_predictor(path, threads=threads, spinning=False) for label, path in models.items()}

@@ -43,6 +43,7 @@ class DeviceEntry(BaseModel):
     exit_code: int = 0
     notes: list[str] = []
     smoke: dict | None = None
+    runner_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")   # the runner zipapp of the smoke test
     health: dict | None = None
     transfer: dict | None = None
     pruned: list[str] = []

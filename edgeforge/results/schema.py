@@ -49,6 +49,7 @@ _COUNT = Annotated[int, Field(strict=True, ge=0, le=2**53)]
 _SHARE = Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)]
 _NAME = Annotated[str, Field(max_length=512)]
 NUM, MS, COUNT = _NUM, _MS, _COUNT          # for the other result documents (load)
+SHA256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]   # a full lowercase hex digest
 
 
 class ArtifactRef(Open):
@@ -250,6 +251,7 @@ class DeviceRunDoc(Versioned):
     artifact: ArtifactRef
     device: DeviceRef
     runtime: Runtime
+    runner_sha256: Optional[SHA256] = None      # the runner zipapp that ran (None: written before it shipped as one)
 
 
 class BenchResult(DeviceRunDoc):

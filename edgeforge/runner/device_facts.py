@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """What a device is: its CPU, memory, governor, temperature, Python and model runtimes.
 
-Standard library only (numpy and the runtimes are reported when importable). Shipped beside
-``edgeforge_runner.py``, which imports it, and sent alone by ``edgeforge devices check`` with
-``python -c`` (tests/unit/test_device_facts.py keeps it small)::
+Standard library only (numpy and the runtimes are reported when importable). Part of the runner
+zipapp (the runner imports it), and sent alone by ``edgeforge devices check`` with ``python -c``
+(tests/unit/test_device_facts.py keeps it small)::
 
     python3 device_facts.py [--benchmark-bin PATH] [--workdir DIR]     JSON on one line
 """

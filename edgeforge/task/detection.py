@@ -141,6 +141,7 @@ def nms(boxes, scores, score_threshold: float = 0.05, iou_threshold: float = 0.5
     """Multi-class NMS of raw outputs: ``boxes [N, A, 4]``, ``scores [N, C, A]`` -> rows
     ``[M, 6]`` and counts ``[N]`` (the ``multiclass_nms3`` layout). The runner's: the code
     the device runs for ``[postprocess] op = "nms"``."""
-    from ..runner.edgeforge_runner import nms as runner_nms
+    from ..runner.postprocess import NmsSettings
+    from ..runner.postprocess import nms as runner_nms
 
-    return runner_nms(boxes, scores, score_threshold, iou_threshold, keep_top_k)
+    return runner_nms(boxes, scores, NmsSettings(score_threshold, iou_threshold, keep_top_k))

@@ -63,7 +63,7 @@ def ctc_greedy(logits, blank: int = 0, time_axis: int = 1) -> list[list[int]]:
     """Greedy CTC decoding of ``[N, T, C]`` scores (``time_axis=0``: ``[T, N, C]``): the
     best class per step, repeats collapsed, then ``blank`` dropped. The runner's: the code the
     device runs for ``[postprocess] op = "ctc_greedy"``."""
-    from ..runner.edgeforge_runner import ctc_greedy as runner_ctc_greedy
+    from ..runner.postprocess import ctc_greedy as runner_ctc_greedy
 
     return runner_ctc_greedy(logits, blank, time_axis)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..native import run_native
-from ..runner.edgeforge_runner import INTERPOLATIONS, run_pipeline
+from ..runner.pipeline import INTERPOLATIONS, run_pipeline
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 MAX_IMAGES = 16

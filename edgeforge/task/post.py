@@ -1,5 +1,5 @@
 """``[postprocess]``: the model's outputs -> the task's answers (classes, text, boxes), run by
-the runner's :func:`~edgeforge.runner.edgeforge_runner.postprocess` on the host (verify) and on
+the runner's :func:`~edgeforge.runner.postprocess.postprocess` on the host (verify) and on
 the device (bench), so the answers both places compare come from one implementation.
 
 :func:`resolve` gives the op as pipeline.json holds it (``[task]``'s blank and time axis filled
@@ -118,6 +118,6 @@ def nms_rows(outputs: list) -> dict:
 
 def answers_of(outputs: list, post: dict) -> dict:
     """The runner's post-processing of ``outputs`` (the same code the device runs)."""
-    from ..runner.edgeforge_runner import postprocess
+    from ..runner.postprocess import postprocess
 
     return postprocess(outputs, post)

@@ -197,7 +197,7 @@ class FleetLab:
                 "        time.sleep(0.05)\n") if until else f"    time.sleep({seconds})\n"
         (hook / "sitecustomize.py").write_text(
             "import sys, time\n"
-            "if sys.argv and sys.argv[0].endswith('edgeforge_runner.py') and 'bench' in sys.argv[1:2]:\n"
+            "if sys.argv and 'edgeforge_runner-' in sys.argv[0] and sys.argv[0].endswith('.pyz') and 'bench' in sys.argv[1:2]:\n"
             + wait)
         p = self.root / name
         p.write_text(f'#!/bin/sh\nPYTHONPATH={hook} exec {sys.executable} "$@"\n')

@@ -36,6 +36,6 @@ def runner_processes(marker: str, command: str = "bench") -> list[int]:
         except OSError:
             continue
         text = [c.decode(errors="replace") for c in cmd]
-        if any(t.endswith("edgeforge_runner.py") for t in text) and command in text and any(marker in t for t in text):
+        if any("edgeforge_runner-" in t and t.endswith(".pyz") for t in text) and command in text and any(marker in t for t in text):
             pids.append(int(entry))
     return pids

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -119,8 +120,10 @@ def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions, _results):
     v1 = current_id(lab.workdir)
     assert v1.endswith(digest(versions["v1"])[:12]) and current_digest(lab.workdir) == digest(versions["v1"])
     rel = top(lab.workdir) / "releases" / v1
-    assert {"model.onnx", "manifest.json", "reference", "edgeforge_runner.py", "release.json"} <= {
-        p.name for p in rel.iterdir()}
+    names = {p.name for p in rel.iterdir()}
+    assert {"model.onnx", "manifest.json", "reference", "release.json"} <= names
+    [app] = [n for n in names if n.startswith("edgeforge_runner-") and n.endswith(".pyz")]      # the runner zipapp
+    assert sha256_file(rel / app)[:12] == app[len("edgeforge_runner-"):-len(".pyz")]     # named by its digest
 
     code, out, err = _deploy(cli, versions["v2"], inv, "--json", "--reason", "ship v2")
     assert code == 0, err
@@ -133,8 +136,9 @@ def test_deploy_v1_v2_rollback_and_releases(cli, lab, versions, _results):
     # the new artifact and its manifest went over the wire; the reference data was linked from v1
     # (the runner too, unless someone edited it in between: a shared working tree)
     tr = entry["transfer"]
-    assert {"manifest.json", "model.onnx"} <= set(tr["files"]) <= {"manifest.json", "model.onnx",
-                                                                   "edgeforge_runner.py"}
+    assert {"manifest.json", "model.onnx"} <= set(tr["files"])
+    assert not {f for f in tr["files"] if not f.startswith("edgeforge_runner-")} - {"manifest.json", "model.onnx"}
+    assert re.fullmatch(r"[0-9a-f]{64}", entry["runner_sha256"])         # the zipapp that ran the smoke test
     assert {"reference/device_inputs.npz", "reference/device_outputs.npz"} <= set(tr["reused"])
     assert current_id(lab.workdir) == v2 and current_digest(lab.workdir) == digest(versions["v2"])
 

@@ -37,7 +37,7 @@ def smoke_runners(marker: str) -> list[int]:
             except OSError:
                 continue
             if b"smoke" in cmd and any(marker.encode() in c for c in cmd) and any(
-                    c.endswith(b"edgeforge_runner.py") for c in cmd):
+                    b"edgeforge_runner-" in c and c.endswith(b".pyz") for c in cmd):
                 pids.append(int(entry))
     return pids
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from edgeforge.device.link.runner_app import runner_app
 from edgeforge.results.schema import SCHEMA, read_result
 
 pytestmark = pytest.mark.device
@@ -51,6 +52,10 @@ def test_full_bench_onnx_int8(cli, lab, builds):
     ref = m["reference"]
     sizes = sum((builds.onnx / rel).stat().st_size for rel in ("model.onnx", ref["inputs"], ref["outputs"]))
     assert t["uploaded_bytes"] > sizes and t["seconds"] >= 0     # + the runner itself
+    # the runner went as one zipapp named by its digest, and the result records that digest
+    app = runner_app()
+    assert r["runner_sha256"] == app.sha256 and app.name in t["files"]
+    assert (lab.workdir / m["artifact"]["sha256"] / app.name).read_bytes() == app.path.read_bytes()
     # the reference data ships compressed, sized to the drift's job (all 540 digits fit)
     assert ref["inputs"] == "reference/device_inputs.npz" and ref["samples"] == ref["evaluation_samples"] == 540
     assert ref["bytes"] < ref["raw_bytes"] and "95 % Wilson" in ref["confidence"]
@@ -76,7 +81,9 @@ def test_on_device_drift_equals_host_verify(cli, lab, builds):
 def _host_kernels_drift(build, manifest) -> dict:
     """The drift this host's own CPU provider computes for ``build``, as the runner does."""
     from edgeforge.quant.arithmetic import HOST_KERNELS, predictor
-    from edgeforge.runner.edgeforge_runner import drift_metrics, load_reference, predict_all
+    from edgeforge.runner.metrics import drift_metrics
+    from edgeforge.runner.predictors import predict_all
+    from edgeforge.runner.reference import load_reference
 
     feeds, ref, labels = load_reference(build, manifest)
     outs = predict_all(predictor(build / "model.onnx", HOST_KERNELS), feeds)

@@ -9,14 +9,14 @@ import subprocess
 import pytest
 
 from edgeforge.device.provision.localsshd import device_python
-from edgeforge.runner import RUNNER_FILE
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.device.link.runner_app import runner_app
+from edgeforge.runner.protocol import EVENT_PREFIX, EXIT_DIGEST, sha256_file
 
 pytestmark = pytest.mark.device
 
 
 def _spec(build, manifest, **over):
-    files = {rel: runner.sha256_file(build / rel) for rel in
+    files = {rel: sha256_file(build / rel) for rel in
              (manifest["artifact"]["path"], manifest["reference"]["inputs"], manifest["reference"]["outputs"])}
     spec = {"files": files, "artifact": manifest["artifact"], "backend": manifest["backend"],
             "inputs": manifest["inputs"], "reference": manifest["reference"], "runtime": manifest["runtime"],
@@ -26,12 +26,12 @@ def _spec(build, manifest, **over):
 
 
 def _events(stdout):
-    return [json.loads(ln[len(runner.EVENT_PREFIX):]) for ln in stdout.splitlines()
-            if ln.startswith(runner.EVENT_PREFIX)]
+    return [json.loads(ln[len(EVENT_PREFIX):]) for ln in stdout.splitlines()
+            if ln.startswith(EVENT_PREFIX)]
 
 
 def _run(*args):
-    return subprocess.run([device_python(), str(RUNNER_FILE), *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([device_python(), str(runner_app().path), *map(str, args)], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -41,7 +41,7 @@ def test_runner_refuses_a_tampered_artifact(builds, tmp_path):
     spec = _spec(build, builds.onnx_manifest)
     (build / "model.onnx").write_bytes(b"not a model")
     p = _run("bench", build, "--spec", json.dumps(spec))
-    assert p.returncode == runner.EXIT_DIGEST
+    assert p.returncode == EXIT_DIGEST
     evs = _events(p.stdout)
     assert [e["event"] for e in evs] == ["start", "error"]          # nothing loaded, nothing timed
     assert evs[-1]["kind"] == "digest" and evs[-1]["files"] == ["model.onnx"]

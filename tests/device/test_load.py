@@ -150,7 +150,7 @@ def test_emulated_device_timings_are_labelled_and_not_gated(cli, lab, onnx_build
 
 
 KILL_AFTER_TWO_LEVELS = '''import os, signal, sys
-if sys.argv and sys.argv[0].endswith("edgeforge_runner.py") and sys.argv[1:2] == ["load"]:
+if sys.argv and "edgeforge_runner-" in sys.argv[0] and sys.argv[0].endswith(".pyz") and sys.argv[1:2] == ["load"]:
     class _Out:
         levels = 0
         def __init__(self, s):

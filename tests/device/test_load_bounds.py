@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from edgeforge.device.link.runner_app import runner_app
 from edgeforge.device.link.health import HealthStore
 from edgeforge.results.load import read_load_result
-from edgeforge.runner import RUNNER_FILE
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.runner.limits import LOAD_MIN_CAP, LOAD_WORKERS_PER_CORE
+from edgeforge.runner.load import _Arrivals
 
 pytestmark = pytest.mark.device
 
@@ -64,7 +65,7 @@ def test_absurd_load_values_are_refused_before_the_device_is_touched(cli, lab, b
 
 
 def _cap() -> int:
-    return max(runner.LOAD_MIN_CAP, runner.LOAD_WORKERS_PER_CORE * (os.cpu_count() or 1))
+    return max(LOAD_MIN_CAP, LOAD_WORKERS_PER_CORE * (os.cpu_count() or 1))
 
 
 def test_more_workers_than_the_device_holds_are_refused_before_any_upload(cli, lab, builds):
@@ -77,7 +78,7 @@ def test_more_workers_than_the_device_holds_are_refused_before_any_upload(cli, l
     line = _one_error(err)
     assert f"--concurrency {over}" in line and f"at most {_cap()}" in line and "--force" in line, line
     assert lab.workdir.exists()                                  # the file check ran there
-    assert not list(lab.workdir.rglob("edgeforge_runner.py")) and not list(lab.workdir.rglob("*.onnx"))
+    assert not list(lab.workdir.rglob("edgeforge_runner*")) and not list(lab.workdir.rglob("*.onnx"))
     assert not (lab.workdir / ".lease").exists() and lab.result_files() == []
     assert not HealthStore(lab.root / "devices-local.toml").get("local").get("consecutive_failures")
     # --force goes past the default cap (threads of one session: cheap), up to the hard ceiling
@@ -108,7 +109,7 @@ def _level(**over) -> dict:
 
 def _runner(command: str, build: Path, spec: dict, timeout: float = 120):
     """The real runner program, as the device runs it: (exit code, events)."""
-    proc = subprocess.run([sys.executable, str(RUNNER_FILE), command, str(build), "--spec", json.dumps(spec)],
+    proc = subprocess.run([sys.executable, str(runner_app().path), command, str(build), "--spec", json.dumps(spec)],
                           capture_output=True, text=True, timeout=timeout)
     return proc.returncode, [json.loads(ln[len(PREFIX):]) for ln in proc.stdout.splitlines() if ln.startswith(PREFIX)]
 
@@ -161,7 +162,7 @@ def test_arrivals_are_made_one_at_a_time():
     stays that of one generator."""
     tracemalloc.start()
     try:
-        a = runner._Arrivals(10000.0, 0.0, 100.0, seed=3, t_measure=10.0)
+        a = _Arrivals(10000.0, 0.0, 100.0, seed=3, t_measure=10.0)
         first = a.take()
         n = a.finish()
         peak = tracemalloc.get_traced_memory()[1]
@@ -204,7 +205,7 @@ def _load_processes(marker: str) -> list[int]:
                 cmd = [c.decode(errors="replace") for c in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")]
             except OSError:
                 continue
-            if any(c.endswith("edgeforge_runner.py") for c in cmd) and "load" in cmd and any(marker in c for c in cmd):
+            if any("edgeforge_runner-" in c and c.endswith(".pyz") for c in cmd) and "load" in cmd and any(marker in c for c in cmd):
                 pids.append(int(entry))
     return [p for p in pids if _alive(p)]
 
@@ -226,7 +227,7 @@ def test_sigterm_ends_the_runner_and_every_worker_process(builds):
     130, and none of its workers is left."""
     spec = _spec(builds.onnx, [_level(concurrency=1)] + [_level(sessions="own", concurrency=3)] * 3,
                  duration_s=5.0, warmup_s=0.1)
-    proc = subprocess.Popen([sys.executable, str(RUNNER_FILE), "load", str(builds.onnx), "--spec", json.dumps(spec)],
+    proc = subprocess.Popen([sys.executable, str(runner_app().path), "load", str(builds.onnx), "--spec", json.dumps(spec)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         workers = _until(lambda: (c := _children(proc.pid)) and len(c) >= 3 and c, 180,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.runner.load import _Arrivals, _poisson, _work
 
 
 def test_a_failed_run_is_counted_not_a_crash():
@@ -17,7 +17,7 @@ def test_a_failed_run_is_counted_not_a_crash():
             raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : bad input\nmore")
 
     t0 = time.perf_counter()
-    out = runner._work(call, t0 + 0.02, t0 + 0.2)
+    out = _work(call, t0 + 0.02, t0 + 0.2)
     measured = len(out["lat"]) + out["errors"]
     assert out["errors"] > 0 and len(out["lat"]) > out["errors"]
     assert out["error"] == "RuntimeError: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : bad input"
@@ -27,10 +27,10 @@ def test_a_failed_run_is_counted_not_a_crash():
 
 def test_open_loop_waits_for_arrivals_and_counts_queueing():
     t0 = time.perf_counter() + 0.01
-    times = list(runner._poisson(200.0, t0, t0 + 1.0, seed=7))
+    times = list(_poisson(200.0, t0, t0 + 1.0, seed=7))
     assert 150 < len(times) < 250 and times == sorted(times)
-    arrivals = runner._Arrivals(200.0, t0, t0 + 1.0, seed=7)
-    out = runner._work(lambda: time.sleep(0.008), t0, t0 + 1.0, arrivals, 0.2)
+    arrivals = _Arrivals(200.0, t0, t0 + 1.0, seed=7)
+    out = _work(lambda: time.sleep(0.008), t0, t0 + 1.0, arrivals, 0.2)
     # 200/s against 8 ms of service: the queue grows (latency from arrival exceeds the service
     # time) until it is 0.2 s behind, when the worker leaves the rest unserved
     assert len(out["lat"]) < len(times)

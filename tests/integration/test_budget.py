@@ -161,7 +161,8 @@ def assert_verify_computed(out, m, kind, against_onnx_reference=False):
     import numpy as np
 
     from edgeforge.quant.arithmetic import predictor
-    from edgeforge.runner.edgeforge_runner import drift_metrics, predict_all
+    from edgeforge.runner.metrics import drift_metrics
+    from edgeforge.runner.predictors import predict_all
 
     assert m["verify"]["arithmetic"]["kind"] == kind, m["verify"]["arithmetic"]
     with np.load(out / "reference" / "eval_inputs.npz") as z:

@@ -131,3 +131,40 @@ def test_a_side_record_puts_back_only_measured_fields():
     assert merge_measured(content, measured) == meta
     forged = measured + [[["verify", "status"], "failed"], [["file"], "other.onnx"], "junk", [[], 1]]
     assert merge_measured(content, forged) == meta
+
+
+def test_a_device_only_runner_edit_keeps_every_step_a_hit_and_a_host_one_rebuilds(tmp_path, monkeypatch):
+    """issue 48: the build code digest (in every step's key) covers the runner modules the passes
+    import, not the device-only ones. The keys are computed over a copy of the package, edited
+    between real builds in one temporary cache."""
+    import shutil
+    from pathlib import Path
+
+    from helpers import tiny_project
+
+    from edgeforge import cache, pipeline
+
+    root = tmp_path / "code" / "edgeforge"
+    shutil.copytree(Path(cache.__file__).resolve().parent, root,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+
+    def digest_of_copy() -> str:
+        cache._build_code_digests.pop(root.resolve(), None)
+        return cache.build_code_digest(root)
+
+    monkeypatch.setattr(pipeline, "build_code_digest", digest_of_copy)
+    proj = tiny_project(tmp_path / "p", "small", SMALL, [-1, 3, 8, 8], samples=16)
+
+    def build():
+        r = api.build(proj, "jetson-orin", out=tmp_path / "out", cache_dir=tmp_path / "cache")
+        return {s["pass"]: s["cache"] for s in r.manifest["steps"]}
+
+    cold = build()
+    assert set(cold.values()) == {"miss"}
+    for module in ("load.py", "bench.py", "smoke.py"):
+        f = root / "runner" / module
+        f.write_text(f.read_text() + "\n# a device-only edit\n")
+    assert build() == {p: "hit" for p in cold}
+    metrics = root / "runner" / "metrics.py"
+    metrics.write_text(metrics.read_text() + "\n# an edit to code verify runs\n")
+    assert build() == cold          # every step's key holds the code digest: all rebuilt

@@ -12,7 +12,7 @@ import pytest
 from task_projects import detector_project
 
 from edgeforge import api
-from edgeforge.runner.edgeforge_runner import matrix_nms, postprocess
+from edgeforge.runner.postprocess import MatrixNmsSettings, matrix_nms, postprocess
 
 
 @pytest.mark.parametrize("gaussian,normalized,background,keep_top_k,nms_top_k",
@@ -31,8 +31,8 @@ def test_runner_matrix_nms_is_paddles_kernel(gaussian, normalized, background, k
                                         keep_top_k, use_gaussian=gaussian, gaussian_sigma=2.0,
                                         background_label=background, normalized=normalized, return_index=True,
                                         return_rois_num=True)
-    rows, got_counts = matrix_nms(boxes, scores, 0.1, 0.05, nms_top_k, keep_top_k, gaussian, 2.0, background,
-                                  normalized)
+    rows, got_counts = matrix_nms(boxes, scores, MatrixNmsSettings(0.1, 0.05, nms_top_k, keep_top_k, gaussian, 2.0,
+                                                                   background, normalized))
     assert got_counts.tolist() == counts.numpy().tolist()
     assert rows.shape == tuple(want.shape)
     np.testing.assert_allclose(rows, want.numpy(), rtol=0, atol=1e-5)

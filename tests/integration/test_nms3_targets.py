@@ -90,7 +90,7 @@ def test_jetson_orin_fp32_device_nms_is_paddles(project, tmp_path):
 def test_runner_nms_matches_paddles_kernel(normalized, background, top_k, eta):
     import paddle
 
-    from edgeforge.runner.edgeforge_runner import nms
+    from edgeforge.runner.postprocess import NmsSettings, nms
 
     rng = np.random.default_rng(0)
     xy = rng.uniform(0, 40, (3, 30, 2)).astype("float32")
@@ -98,7 +98,7 @@ def test_runner_nms_matches_paddles_kernel(normalized, background, top_k, eta):
     scores = rng.uniform(0, 1, (3, 3, 30)).astype("float32")
     out, _, num = paddle._C_ops.multiclass_nms3(paddle.to_tensor(boxes), paddle.to_tensor(scores), None, 0.3, top_k,
                                                 12, 0.45, normalized, eta, background)
-    rows, counts = nms(boxes, scores, 0.3, 0.45, 12, top_k, normalized, background, eta)
+    rows, counts = nms(boxes, scores, NmsSettings(0.3, 0.45, 12, top_k, normalized, background, eta))
     np.testing.assert_array_equal(counts, num.numpy())
     want, start = out.numpy(), 0
     for k in counts:              # per image the same rows (Paddle orders them by class)

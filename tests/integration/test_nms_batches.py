@@ -41,14 +41,14 @@ def build():
 
 def test_multiclass_nms3_runs_in_onnx_at_batch_1_and_4(tmp_path):
     from edgeforge.paddle_env import paddle_inference
-    from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.runner.predictors import onnx_predictor
 
     root = tiny_project(tmp_path / "p", "nms-det", DETECTOR, [-1, 3, 8, 8], samples=8)
     res = api.build(root, "linux-x86", out=tmp_path / "o", precision="fp32")
     assert res.manifest["export"]["route"] == "pir", res.manifest["export"]
     assert {"rewrite": "multiclass-nms-batched", "nodes": 1} in res.manifest["converter_fixes"]
     assert res.verify_status == "passed", res.manifest["verify"]
-    run = runner.onnx_predictor(res.out_dir / "model.onnx")
+    run = onnx_predictor(res.out_dir / "model.onnx")
     from edgeforge.passes.export import export_model
 
     float_dir = tmp_path / "float"

@@ -72,7 +72,7 @@ def test_the_legacy_route_through_paddle2onnx_2(tmp_path):
     from edgeforge.native import run_native
     from edgeforge.passes.export import export_model
     from edgeforge.passes.onnx import paddle2onnx_convert
-    from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.runner.predictors import onnx_predictor, predict_all
 
     root = _project(tmp_path, "return F.interpolate(self.conv(x), scale_factor=2, mode='nearest')", [-1, 2, 4, 4])
     spec = [{"name": "x", "shape": [-1, 2, 4, 4], "dtype": "float32"}]
@@ -85,7 +85,7 @@ def test_the_legacy_route_through_paddle2onnx_2(tmp_path):
         fixes = run_native("test", "paddle2onnx", paddle2onnx_convert, (str(d), str(d / "m.onnx"), 13),
                            tmp_path / f"{route}.log")
         assert {"rewrite": "interp-scale-f32", "ops": 1} in fixes
-        outs[route] = runner.predict_all(runner.onnx_predictor(d / "m.onnx"), x)[0]
+        outs[route] = predict_all(onnx_predictor(d / "m.onnx"), x)[0]
     np.testing.assert_allclose(outs["legacy"], outs["pir"], rtol=1e-6, atol=1e-6)
 
 

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from edgeforge import api
-from edgeforge.runner import RUNNER_FILE
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.device.link.runner_app import runner_app
+from edgeforge.runner.protocol import EVENT_PREFIX, EXIT_OK
 from edgeforge.toolchain import find_lite
 
 
@@ -25,14 +25,14 @@ def _spec(m):
             "runner": "python"}
 
 
-# Paddle Lite runs in its own interpreter (the Lite toolchain): the runner is driven there.
+# Paddle Lite runs in its own interpreter (the Lite toolchain): the runner zipapp is driven there.
 _CHILD = r"""
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("edgeforge_runner", sys.argv[1])
-runner = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(runner)
+import json, sys
+sys.path.insert(0, sys.argv[1])              # the runner zipapp, whose package a device imports
+import edgeforge_runner.predictors as predictors
+from edgeforge_runner.bench import bench
 made = []                                    # one list of batch sizes per predictor created
-real = runner.lite_predictor
+real = predictors.lite_predictor
 
 def counting(*args, **kwargs):
     run = real(*args, **kwargs)
@@ -45,21 +45,21 @@ def counting(*args, **kwargs):
     wrapped.runtime, wrapped.input_names = run.runtime, run.input_names
     return wrapped
 
-runner.lite_predictor = counting
-code = runner.bench(sys.argv[2], json.loads(sys.argv[3]))
+predictors.lite_predictor = counting
+code = bench(sys.argv[2], json.loads(sys.argv[3]))
 print("@@made " + json.dumps({"code": code, "made": made}))
 """
 
 
 def test_bench_evaluates_drift_with_one_lite_predictor_per_batch_size(lite_build):
     m = lite_build.manifest
-    res = subprocess.run([find_lite().python, "-c", _CHILD, str(RUNNER_FILE), str(lite_build.out_dir),
+    res = subprocess.run([find_lite().python, "-c", _CHILD, str(runner_app().path), str(lite_build.out_dir),
                           json.dumps(_spec(m))], capture_output=True, text=True, timeout=600)
     lines = res.stdout.splitlines()
     child = next((json.loads(ln[len("@@made "):]) for ln in lines if ln.startswith("@@made ")), None)
-    assert child is not None and child["code"] == runner.EXIT_OK, res.stdout[-2000:] + res.stderr[-2000:]
+    assert child is not None and child["code"] == EXIT_OK, res.stdout[-2000:] + res.stderr[-2000:]
     made = child["made"]
-    events = [json.loads(line[len(runner.EVENT_PREFIX):]) for line in lines if line.startswith(runner.EVENT_PREFIX)]
+    events = [json.loads(line[len(EVENT_PREFIX):]) for line in lines if line.startswith(EVENT_PREFIX)]
     drift = next(e for e in events if e["event"] == "drift")
     rt = next(e for e in events if e["event"] == "runtime")
     # 540 samples: 8 chunks of 64 and one of 28, each size on a predictor of its own

@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import import_graph
+import pytest
 
 from edgeforge import cache
 
@@ -57,3 +58,39 @@ def test_everything_the_passes_import_is_build_code():
     missing = sorted(m for m in import_graph.reachable(g, roots)
                      if known[m].resolve() not in covered)
     assert missing == [], f"add to cache.BUILD_CODE: {missing}"
+
+
+DEVICE_ONLY = ("bench", "load", "smoke", "main", "timing", "profile", "end_to_end", "placement", "reference",
+               "onnx_proto", "__main__")
+
+
+def test_the_runner_modules_in_the_build_code_are_exactly_those_the_passes_import():
+    """Of the runner package, BUILD_CODE lists what the passes and the pipeline reach (and the
+    package's __init__, which every import of it runs): a device-only module (load, bench,
+    smoke...) in the list would invalidate every cached step when edited, one left out would
+    reuse stale outputs."""
+    g = import_graph.graph()
+    roots = [m for m in g if m.startswith("edgeforge.passes")] + ["edgeforge.pipeline"]
+    reached = {m.split(".")[-1] for m in import_graph.reachable(g, roots) if m.startswith("edgeforge.runner.")}
+    listed = {e.removeprefix("runner/").removesuffix(".py") for e in cache.BUILD_CODE if e.startswith("runner")}
+    assert listed == reached | {"__init__"}
+    assert not listed & set(DEVICE_ONLY)
+    assert {p.stem for p in (PACKAGE / "runner").glob("*.py")} == listed | set(DEVICE_ONLY)   # none unsorted
+
+
+@pytest.mark.parametrize("module", ["load", "bench", "smoke", "main", "timing", "end_to_end"])
+def test_editing_a_device_only_runner_module_keeps_the_digest(tmp_path, module):
+    root = _copy(tmp_path)
+    before = _digest(root)
+    f = root / "runner" / f"{module}.py"
+    f.write_text(f.read_text() + "\n# a device-only edit\n")
+    assert _digest(root) == before
+
+
+@pytest.mark.parametrize("module", ["metrics", "predictors", "postprocess", "pipeline", "device_facts"])
+def test_editing_a_runner_module_a_pass_imports_changes_the_digest(tmp_path, module):
+    root = _copy(tmp_path)
+    before = _digest(root)
+    f = root / "runner" / f"{module}.py"
+    f.write_text(f.read_text() + "\n# an edit to code the host runs in a build\n")
+    assert _digest(root) != before

@@ -7,7 +7,7 @@ from result_factory import make_result
 from edgeforge.report.html import render_html
 from edgeforge.report.markdown import render_markdown
 from edgeforge.report.report import build_summary
-from edgeforge.runner.edgeforge_runner import placement_summary
+from edgeforge.runner.placement import placement_summary
 
 
 def _results():

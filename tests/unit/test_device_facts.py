@@ -6,15 +6,17 @@ import json
 import subprocess
 import sys
 
-from edgeforge.runner import FACTS_FILE, RUNNER_FILE
+from edgeforge.device.link.runner_app import runner_app
+from edgeforge.runner import FACTS_FILE, PACKAGE_DIR
 
 PROBE_MAX_BYTES = 16 * 1024
 
 
-def test_the_probe_sent_inline_is_under_16_kb():
+def test_the_probe_sent_inline_is_under_16_kb(tmp_path):
     size = len(FACTS_FILE.read_bytes())
     assert size < PROBE_MAX_BYTES, f"device_facts.py is {size} bytes"
-    assert len(RUNNER_FILE.read_bytes()) > PROBE_MAX_BYTES    # the runner itself is not what is sent
+    app = runner_app(out_dir=tmp_path)
+    assert app.path.stat().st_size > PROBE_MAX_BYTES      # the runner itself is not what is sent
 
 
 def test_the_probe_runs_alone_as_devices_check_sends_it(tmp_path):
@@ -28,10 +30,23 @@ def test_the_probe_runs_alone_as_devices_check_sends_it(tmp_path):
     assert "onnxruntime" in out["runtimes"]
 
 
-def test_the_runner_loaded_by_path_finds_its_facts_beside_it(tmp_path):
-    # how lite_child.py and benchmarks load it: by file path, outside the edgeforge package
-    code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('r', sys.argv[1]); "
-            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); print(m.fingerprint()['cores'])")
-    res = subprocess.run([sys.executable, "-I", "-c", code, str(RUNNER_FILE)], capture_output=True, text=True,
+def test_the_zipapp_runs_alone_and_finds_its_facts_inside(tmp_path):
+    # as a device runs it: `python RUNNER.pyz probe`, nothing of edgeforge beside it
+    app = runner_app(out_dir=tmp_path / "app")
+    res = subprocess.run([sys.executable, "-I", str(app.path), "probe"], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
-    assert res.returncode == 0 and int(res.stdout) >= 1, res.stderr
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["fingerprint"]["cores"] >= 1 and out["runner_version"] >= 5
+
+
+def test_the_package_loaded_by_path_as_lite_child_does(tmp_path):
+    # lite_child.py runs in the Lite toolchain's interpreter, without edgeforge's dependencies
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import lite_child; p = lite_child._predictors(); "
+            "import edgeforge_runner.device_facts as f; "
+            "print(p.__name__, f.fingerprint()['cores'], 'edgeforge' in sys.modules)")
+    res = subprocess.run([sys.executable, "-I", "-c", code, str(PACKAGE_DIR.parent)], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    name, cores, edgeforge_imported = res.stdout.split()
+    assert name == "edgeforge_runner.predictors" and int(cores) >= 1 and edgeforge_imported == "False"

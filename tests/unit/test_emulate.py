@@ -106,13 +106,13 @@ def test_compare_refuses_an_emulated_run_unless_forced():
 def test_hwcap_flags_read_the_emulated_cpu_from_auxv():
     import struct
 
-    from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.runner.device_facts import hwcap_flags, int8_cpu_flags
 
     a76 = struct.pack("<8Q", 16, 1 << 1 | 1 << 9 | 1 << 10 | 1 << 20, 26, 0, 6, 4096, 0, 0)
-    assert runner.int8_cpu_flags(runner.hwcap_flags(a76)) == ["asimd", "asimddp", "asimdhp", "fphp"]
+    assert int8_cpu_flags(hwcap_flags(a76)) == ["asimd", "asimddp", "asimdhp", "fphp"]
     a72 = struct.pack("<4Q", 16, 1 << 1 | 1 << 0, 0, 0)
-    assert runner.int8_cpu_flags(runner.hwcap_flags(a72)) == ["asimd"]
-    assert runner.hwcap_flags(struct.pack("<2Q", 26, 1 << 13)) == {"i8mm"}
+    assert int8_cpu_flags(hwcap_flags(a72)) == ["asimd"]
+    assert hwcap_flags(struct.pack("<2Q", 26, 1 << 13)) == {"i8mm"}
 
 
 def test_the_stage_two_estimate_is_the_last_measured_one(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeforge.passes.verify_batches import FLOAT_MAP_DROP, float_detections, has_nms_rows
-from edgeforge.runner.edgeforge_runner import drift_metrics
+from edgeforge.runner.metrics import drift_metrics
 
 # two images: 3 and 2 detections (class, score, x1, y1, x2, y2)
 ROWS = np.array([[0, 0.91, 10, 10, 50, 50], [3, 0.80, 60, 60, 120, 120], [3, 0.80, 130, 20, 180, 70],
@@ -65,7 +65,7 @@ def _detector(batch_dependent: bool):
 
 def test_int8_batches_are_judged_against_the_artifact_at_one_batch():
     from edgeforge.passes.verify_batches import detection_batches
-    from edgeforge.runner.edgeforge_runner import predict_all
+    from edgeforge.runner.predictors import predict_all
     from edgeforge.task.evaluate import detections
 
     feeds = {"x": np.arange(16, dtype="float32").reshape(16, 1, 1, 1)}

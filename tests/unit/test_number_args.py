@@ -119,15 +119,15 @@ def test_gate_options_refuse_nan(name):
 def test_the_host_bounds_are_the_runners():
     from edgeforge import options
     from edgeforge.device.measure import load
-    from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.runner.limits import LOAD_MAX_ARRIVALS, LOAD_MAX_RATE, MAX_RUNS, MAX_THREADS
 
-    assert options.MAX_THREADS == runner.MAX_THREADS and options.MAX_COUNT == runner.MAX_RUNS
+    assert options.MAX_THREADS == MAX_THREADS and options.MAX_COUNT == MAX_RUNS
     assert load.MAX_SLO_MS == 3_600_000.0
-    assert runner.LOAD_MAX_RATE * 60 <= runner.LOAD_MAX_ARRIVALS
+    assert LOAD_MAX_RATE * 60 <= LOAD_MAX_ARRIVALS
 
 
 def test_the_worker_cap_follows_cores_and_memory():
-    from edgeforge.runner.edgeforge_runner import LOAD_MAX_WORKERS, load_worker_cap
+    from edgeforge.runner.limits import LOAD_MAX_WORKERS, load_worker_cap
 
     assert load_worker_cap("shared", 2, 4096)[0] == 8             # at least 8
     assert load_worker_cap("shared", 16, 65536)[0] == 64          # 4 per core

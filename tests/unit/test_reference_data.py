@@ -1,5 +1,5 @@
 """What a bench ships and what the runner sends back, sized (edgeforge.passes.reference_data,
-edgeforge.runner.edgeforge_runner.packed_outputs): the sample count and the bound it buys, the
+edgeforge.runner.metrics.packed_outputs): the sample count and the bound it buys, the
 8 MB cap, stable bytes for one content, detection labels cut by image, the bounded outputs."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from edgeforge.passes import reference_data as rd
-from edgeforge.runner.edgeforge_runner import packed_outputs, reduce_outputs
+from edgeforge.runner.metrics import packed_outputs, reduce_outputs
 
 
 def test_the_sample_count_fits_the_byte_cap_and_the_wilson_bound_is_stated():

@@ -9,7 +9,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeforge.errors import ConfigError
 from edgeforge.report.gates import evaluate_gates, placement_gate
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.runner.onnx_proto import onnx_nodes
+from edgeforge.runner.placement import count_placement, onnx_placement, placement_summary
+from edgeforge.runner.predictors import load_twice, onnx_predictor, predict_per_batch_size, provider_entries
 
 
 def _model(path, unnamed=False):
@@ -30,13 +32,13 @@ def _model(path, unnamed=False):
 
 def test_the_runner_reads_node_names_without_the_onnx_package(tmp_path):
     path = _model(tmp_path / "m.onnx")
-    assert runner.onnx_nodes(path) == [(n.name, n.op_type) for n in onnx.load(str(path)).graph.node]
+    assert onnx_nodes(path) == [(n.name, n.op_type) for n in onnx.load(str(path)).graph.node]
 
 
 def test_placement_counts_every_node_on_the_provider_that_ran_it(tmp_path):
     path = _model(tmp_path / "m.onnx")
     one = {"x": np.ones((1, 16), np.float32)}
-    p = runner.onnx_placement(path, ["CPUExecutionProvider"], one)
+    p = onnx_placement(path, ["CPUExecutionProvider"], one)
     assert p["nodes"] == 3                               # the Constant is an initializer, not a node run
     assert p["by_provider"] == {"CPUExecutionProvider": 3}
     assert p["summary"] == "3/3 nodes on CPUExecutionProvider" and "warning" not in p
@@ -46,7 +48,7 @@ def test_placement_counts_every_node_on_the_provider_that_ran_it(tmp_path):
 def test_a_target_whose_first_provider_is_missing_gets_a_partial_placement_warning(tmp_path):
     path = _model(tmp_path / "m.onnx")
     one = {"x": np.ones((1, 16), np.float32)}
-    p = runner.onnx_placement(path, ["TensorrtExecutionProvider", "CPUExecutionProvider"], one,
+    p = onnx_placement(path, ["TensorrtExecutionProvider", "CPUExecutionProvider"], one,
                               {"TensorrtExecutionProvider": {"trt_int8_enable": True}}, str(tmp_path / "cache"))
     assert p["summary"] == "0/3 nodes on TensorrtExecutionProvider"
     assert p["warning"] == "partial placement: 0/3 nodes on TensorrtExecutionProvider; 3 on CPUExecutionProvider"
@@ -54,7 +56,7 @@ def test_a_target_whose_first_provider_is_missing_gets_a_partial_placement_warni
 
 
 def test_tensorrt_gets_its_options_and_the_engine_cache():
-    entries = runner.provider_entries(["TensorrtExecutionProvider", "CPUExecutionProvider"],
+    entries = provider_entries(["TensorrtExecutionProvider", "CPUExecutionProvider"],
                                       {"TensorrtExecutionProvider": {"trt_int8_enable": True, "trt_fp16_enable": True}},
                                       "/w/abc/trt_cache")
     assert entries == [("TensorrtExecutionProvider", {
@@ -62,7 +64,7 @@ def test_tensorrt_gets_its_options_and_the_engine_cache():
         "trt_engine_cache_path": "/w/abc/trt_cache", "trt_timing_cache_enable": True,
         "trt_timing_cache_path": "/w/abc/trt_cache"}), "CPUExecutionProvider"]
     # providers this onnxruntime lacks are dropped, CPU stays
-    assert runner.provider_entries(["TensorrtExecutionProvider"], None, None, ["CPUExecutionProvider"]) == \
+    assert provider_entries(["TensorrtExecutionProvider"], None, None, ["CPUExecutionProvider"]) == \
         ["CPUExecutionProvider"]
 
 
@@ -71,10 +73,10 @@ def test_load_twice_times_two_loads_and_keeps_the_second(tmp_path):
     made = []
 
     def make():
-        made.append(runner.onnx_predictor(path))
+        made.append(onnx_predictor(path))
         return made[-1]
 
-    run, load = runner.load_twice(make, {"x": np.ones((1, 16), np.float32)})
+    run, load = load_twice(make, {"x": np.ones((1, 16), np.float32)})
     assert run is made[1] and len(made) == 2
     assert load["first_ms"] > 0 and load["warm_ms"] > 0
 
@@ -91,7 +93,7 @@ def test_each_batch_size_gets_its_own_predictor():
         return run
 
     x = np.arange(150, dtype=np.float32).reshape(150, 1)
-    outs, created = runner.predict_per_batch_size(make, {"x": x}, batch=64)
+    outs, created = predict_per_batch_size(make, {"x": x}, batch=64)
     np.testing.assert_array_equal(outs[0], x * 2)
     assert created == {"64": 1, "22": 1}
     sizes = {}
@@ -107,8 +109,8 @@ def _result(placement, name="orin-1"):
 
 
 def test_the_accelerated_nodes_gate_holds_only_when_asked_and_fails_when_unmeasured():
-    full = runner.placement_summary({"TensorrtExecutionProvider": 49}, 49, "TensorrtExecutionProvider", [])
-    cpu = runner.placement_summary({"CPUExecutionProvider": 49}, 49, "TensorrtExecutionProvider", [])
+    full = placement_summary({"TensorrtExecutionProvider": 49}, 49, "TensorrtExecutionProvider", [])
+    cpu = placement_summary({"CPUExecutionProvider": 49}, 49, "TensorrtExecutionProvider", [])
     assert evaluate_gates([_result(cpu)]) == []
     assert placement_gate(_result(full), 1.0).passed
     g = placement_gate(_result(cpu), 0.5)
@@ -132,13 +134,13 @@ def test_nodes_inside_a_tensorrt_kernel_count_for_tensorrt_and_copies_do_not():
               _ev("n9", "CPUExecutionProvider", "NonMaxSuppression"),
               _ev("Memcpy_token_1", "CUDAExecutionProvider", "MemcpyToHost"),
               {"cat": "Session", "name": "model_run", "args": {}}]
-    counts = runner.count_placement(events, nodes)
+    counts = count_placement(events, nodes)
     assert counts == {"TensorrtExecutionProvider": 9, "CPUExecutionProvider": 1}
-    p = runner.placement_summary(counts, 10, "TensorrtExecutionProvider", [])
+    p = placement_summary(counts, 10, "TensorrtExecutionProvider", [])
     assert p["summary"] == "9/10 nodes on TensorrtExecutionProvider" and p["accelerated"] == 9
     assert p["warning"] == "partial placement: 9/10 nodes on TensorrtExecutionProvider; 1 on CPUExecutionProvider"
     # nodes the profile never lists and no compiled kernel ran: unplaced, not invented
-    assert runner.count_placement([_ev("n0", "CPUExecutionProvider", "Conv")], ["n0", "n1"]) == {
+    assert count_placement([_ev("n0", "CPUExecutionProvider", "Conv")], ["n0", "n1"]) == {
         "CPUExecutionProvider": 1, "unplaced": 1}
 
 
@@ -146,7 +148,7 @@ def test_cli_gate_min_accelerated_nodes_exits_1_only_when_asked(tmp_path, capsys
     from edgeforge.cli import main
     from edgeforge.results.schema import write_result
 
-    cpu = runner.placement_summary({"CPUExecutionProvider": 49}, 49, "TensorrtExecutionProvider", [])
+    cpu = placement_summary({"CPUExecutionProvider": 49}, 49, "TensorrtExecutionProvider", [])
     r = _result(cpu)
     r.update(schema="edgeforge.bench/1", status="ok", transfer={"uploaded_bytes": 0, "seconds": 0})
     r["device"]["fingerprint"] = {k: None for k in ("cpu_model", "kernel", "governor", "temp_c_before",
@@ -166,7 +168,7 @@ def test_a_run_records_the_threads_and_power_mode_its_runtime_applied():
     """Never more threads than the device has cores; a power mode only for Paddle Lite (issue 46)."""
     import os
 
-    from edgeforge.runner.edgeforge_runner import applied_settings
+    from edgeforge.runner.predictors import applied_settings
 
     many = {"threads": 4096, "power_mode": "LITE_POWER_HIGH"}
     assert applied_settings(many, "onnx") == (os.cpu_count(), None)

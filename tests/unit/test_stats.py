@@ -10,7 +10,9 @@ import pytest
 from edgeforge.errors import ResultError
 from edgeforge.results import schema
 from edgeforge.results.stats import relative_spread, summarize
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.runner.device_facts import fingerprint
+from edgeforge.runner.protocol import check_files, sha256_file
+from edgeforge.runner.timing import measure, parse_benchmark_bin, warmup_until_stable
 
 
 def test_summarize_known_values():
@@ -37,20 +39,20 @@ def test_relative_spread():
 
 def test_warmup_until_stable_stops_when_settled():
     seq = iter([50.0, 30.0, 20.0, 12.0] + [10.0] * 100)
-    warm, stable = runner.warmup_until_stable(lambda: next(seq), window=5, min_runs=10)
+    warm, stable = warmup_until_stable(lambda: next(seq), window=5, min_runs=10)
     # n=12 is the first count whose two last windows of 5 have medians within 5 % (10 vs 10)
     assert stable is True and len(warm) == 12
 
 
 def test_warmup_until_stable_gives_up():
     xs = iter(range(1, 10_000))
-    warm, stable = runner.warmup_until_stable(lambda: float(next(xs)) ** 2, max_runs=40)
+    warm, stable = warmup_until_stable(lambda: float(next(xs)) ** 2, max_runs=40)
     assert stable is False and len(warm) == 40
 
 
 def test_measure_fixed_warmups():
     calls = []
-    m = runner.measure(lambda: calls.append(1) or 1.0, 3, 7)
+    m = measure(lambda: calls.append(1) or 1.0, 3, 7)
     assert m["warmups"] == 3 and len(m["samples_ms"]) == 7 and len(calls) == 10 and m["warmup_stable"] is None
 
 
@@ -58,12 +60,12 @@ def test_parse_benchmark_bin():
     text = ("======= Runtime Info =======\nbenchmark_bin version: v2.13\nthreads: 4\n"
             "======= Perf Info =======\nTime(unit: ms):\ninit  = 20.5        \nfirst = 3.2\n"
             "min   = 1.100       \nmax   = 1.900\navg   = 1.250       \n")
-    assert runner.parse_benchmark_bin(text) == {"version": "v2.13", "init_ms": 20.5, "first_ms": 3.2,
+    assert parse_benchmark_bin(text) == {"version": "v2.13", "init_ms": 20.5, "first_ms": 3.2,
                                                 "min_ms": 1.1, "max_ms": 1.9, "avg_ms": 1.25}
 
 
 def test_fingerprint_fields():
-    fp = runner.fingerprint()
+    fp = fingerprint()
     for k in ("cpu_model", "cores", "arch", "kernel", "governor", "temp_c", "load_avg", "mem_total_mb"):
         assert k in fp
     json.dumps(fp)
@@ -71,9 +73,9 @@ def test_fingerprint_fields():
 
 def test_check_files(tmp_path):
     (tmp_path / "a").write_bytes(b"hello")
-    good = runner.sha256_file(tmp_path / "a")
-    assert runner.check_files(tmp_path, {"a": good}) == []
-    assert runner.check_files(tmp_path, {"a": "0" * 64, "missing": good}) == ["a", "missing"]
+    good = sha256_file(tmp_path / "a")
+    assert check_files(tmp_path, {"a": good}) == []
+    assert check_files(tmp_path, {"a": "0" * 64, "missing": good}) == ["a", "missing"]
 
 
 def _result(**over):
@@ -130,27 +132,34 @@ def test_read_result_errors(tmp_path):
 
 
 def test_runner_imports_nothing_from_edgeforge():
-    """The runner ships with device_facts.py beside it and nothing else: standard library, numpy
-    and the runtimes only (and Pillow, inside the declared pre-processing only: [preprocess] builds
-    need it on the device; OpenCV's cv2, optional, decodes images in bench --end-to-end where the
-    device has it). device_facts.py, sent alone by `devices check`, imports no sibling."""
+    """The runner package ships alone (a zipapp): standard library, numpy and the runtimes only
+    (and Pillow, inside the declared pre-processing only: [preprocess] builds need it on the
+    device; OpenCV's cv2, optional, decodes images in bench --end-to-end where the device has it),
+    and its own modules by relative import. device_facts.py, sent alone by `devices check`,
+    imports no sibling."""
     import ast
     import sys
 
-    from edgeforge.runner import FACTS_FILE, RUNNER_FILE
+    from edgeforge.device.link.runner_app import package_files
+    from edgeforge.runner import FACTS_FILE
 
     allowed = {"numpy", "onnxruntime", "paddlelite", "PIL", "cv2"} | set(sys.stdlib_module_names)
-    for path, siblings in ((RUNNER_FILE, {"device_facts"}), (FACTS_FILE, set())):
-        _imports_only(ast.parse(path.read_text()), allowed | siblings)
+    files = [f for _, f in package_files()]
+    assert FACTS_FILE in files and len(files) > 10
+    for path in files:
+        _imports_only(ast.parse(path.read_text()), allowed, relative=path != FACTS_FILE)
 
 
-def _imports_only(tree, allowed):
+def _imports_only(tree, allowed, relative=False):
     import ast
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                assert relative and node.level == 1, f"relative import {node.module} (level {node.level})"
+                continue
             names = [node.module or ""]
         else:
             continue

@@ -26,7 +26,9 @@ from detector_cells import DETECTORS
 from edgeforge import api
 from edgeforge.cache import Cache, sha256_file
 from edgeforge.errors import ConfigError, PassError
-from edgeforge.runner import edgeforge_runner as runner
+from edgeforge.runner.metrics import drift_metrics
+from edgeforge.runner.predictors import onnx_predictor, predict_all
+from edgeforge.runner.reference import load_reference
 
 pytestmark = [pytest.mark.zoo, pytest.mark.timeout(1800)]
 
@@ -151,13 +153,13 @@ def assert_cli_fails_cleanly(proj: ZooProject, args: list[str], out) -> str:
 
 
 def reference(result: api.BuildResult) -> tuple[dict, list[np.ndarray]]:
-    inputs, outputs, _labels = runner.load_reference(str(result.out_dir), result.manifest)
+    inputs, outputs, _labels = load_reference(str(result.out_dir), result.manifest)
     return inputs, outputs
 
 
 def per_output(outs: list[np.ndarray], ref: list[np.ndarray]) -> list[dict]:
     assert len(outs) == len(ref), (len(outs), len(ref))
-    return runner.drift_metrics(outs, ref)["outputs"]
+    return drift_metrics(outs, ref)["outputs"]
 
 
 def host_outputs(result: api.BuildResult, feeds: dict) -> list[np.ndarray]:
@@ -165,7 +167,7 @@ def host_outputs(result: api.BuildResult, feeds: dict) -> list[np.ndarray]:
     m = result.manifest
     art = result.out_dir / m["artifact"]["path"]
     if m["backend"] == "onnx":
-        return runner.predict_all(runner.onnx_predictor(art, providers=["CPUExecutionProvider"]), feeds)
+        return predict_all(onnx_predictor(art, providers=["CPUExecutionProvider"]), feeds)
     from edgeforge.passes.lite import lite_outputs
 
     names = [i["name"] for i in m["inputs"]]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from ...errors import ConfigError
-from ...runner import edgeforge_runner as runner
+from ...runner.device_facts import fingerprint
 from ..link.inventory import Device
 from .chromium import DEFAULT_BROWSERS, DEFAULT_DRIVERS, Chromium, find_binary, selenium_module
 from .serve import LoopbackServer, resource_for
@@ -73,7 +73,7 @@ def check_browser(dev: Device, timeout_s: float = 60.0) -> dict:
     checks.append({"check": "wasm SIMD", "required": True, "ok": probe.get("simd") is True,
                    "detail": probe.get("error") or ("WebAssembly.validate of a v128 module" if probe.get("simd")
                                                     else "not supported")})
-    fp = runner.fingerprint()
+    fp = fingerprint()
     return {"device": dev.name, "address": "headless Chromium on this host", "target": dev.target,
             "default_backend": "onnx", "transport": "browser",
             "python": {"version": platform.python_version(), "executable": sys.executable},

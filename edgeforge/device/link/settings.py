@@ -3,19 +3,18 @@ the files it uploads, and whether a device's architecture is the target's."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BuildInvalid, ConfigError
 from ...options import BenchOptions, parse_warmups
-from ...runner import FACTS_FILE, RUNNER_FILE
 from .buildcheck import validate_build
 from .inventory import Device
+from .runner_app import APP_PREFIX, runner_app
 
 __all__ = ["validate_build"]      # the one check of a build directory lives in .buildcheck
 
-RUNNER_NAME = "edgeforge_runner.py"
-FACTS_NAME = "device_facts.py"      # the runner imports it from beside itself
 PREPARE_PREFIX = "@@edgeforge-prepare "
 
 
@@ -98,7 +97,8 @@ def check_results_dir(path: Path, create: bool = True) -> None:
 
 def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
     """The files a bench ships, by their path under the remote directory (after
-    :func:`validate_build`)."""
+    :func:`validate_build`): the artifact, its reference data and the runner zipapp
+    (:func:`runner_file` names it among them)."""
     validate_build(build_dir, manifest)
     if manifest.get("reference") is None:
         raise BuildInvalid(f"{Path(build_dir) / 'manifest.json'}: field reference is missing",
@@ -106,12 +106,27 @@ def build_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
     art = manifest["artifact"]
     files = {art["path"]: build_dir / art["path"],
              manifest["reference"]["inputs"]: build_dir / manifest["reference"]["inputs"],
-             manifest["reference"]["outputs"]: build_dir / manifest["reference"]["outputs"],
-             RUNNER_NAME: RUNNER_FILE, FACTS_NAME: FACTS_FILE}
+             manifest["reference"]["outputs"]: build_dir / manifest["reference"]["outputs"]}
+    app = runner_app()
+    files[app.name] = app.path      # the runner zipapp, by its digest: edgeforge_runner-<sha12>.pyz
     for rel, path in files.items():
         if not path.is_file():
             raise BuildInvalid(f"{build_dir}: {rel} is missing", hint="rebuild with `edgeforge build`")
     return files
+
+
+LEGACY_RUNNER = "edgeforge_runner.py"      # what releases made before the zipapp hold
+
+
+def runner_file(files: Mapping[str, object]) -> str:
+    """The runner's name among a release's or :func:`build_files`' files (what ``python NAME
+    ...`` runs): the zipapp, else a release's single-file runner of before."""
+    app = sorted(rel for rel in files if rel.startswith(APP_PREFIX) and rel.endswith(".pyz"))
+    if app:
+        return app[0]
+    if LEGACY_RUNNER in files:
+        return LEGACY_RUNNER
+    raise BuildInvalid(f"no runner among the files to run ({', '.join(sorted(files)) or 'none'})")
 
 
 def needed_modules(manifest: dict, settings: BenchSettings) -> list[str]:

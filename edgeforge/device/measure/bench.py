@@ -36,13 +36,13 @@ from ..link.interrupt import StopOnSignal, after_the_run, interrupted, stop_runn
 from ..link.inventory import Device
 from ..link.lease import Lease, iso
 from ..link.settings import (
-    RUNNER_NAME,
     RUNTIME_FOR_BACKEND,
     BenchSettings,
     build_files,
     check_results_dir,
     resolve_settings,  # noqa: F401 - sweep, fleet and deploy import it from here
     results_dir_of,
+    runner_file,
     validate_build,
 )
 from .endtoend import e2e_files, e2e_result, e2e_spec, pipeline_of
@@ -106,6 +106,7 @@ class Bench:
         self.partial = Partial()
         self.transfer = {"uploaded_bytes": 0, "seconds": 0.0, "files": [], "reused": []}
         self.remote_dir: str | None = None
+        self.runner: tuple[str, str] | None = None    # the runner zipapp shipped: (its name, its sha256)
         self.held_info: dict = {}
         self.stopped_by: int | None = None      # the signal that stopped the run (interrupt.py)
         if device.target != self.manifest["target"]:
@@ -168,8 +169,10 @@ class Bench:
 
     def run_remote(self, tr: SSHTransport, digests: dict[str, str]) -> None:
         s = self.settings
-        argv = [self.device.python, RUNNER_NAME, self.command, self.remote_dir, "--spec", json.dumps(self.spec(digests))]
-        self.on_step("run", f"{RUNNER_NAME} on {self.device.name}")
+        name = runner_file(digests)
+        self.runner = (name, digests[name])
+        argv = [self.device.python, name, self.command, self.remote_dir, "--spec", json.dumps(self.spec(digests))]
+        self.on_step("run", f"{name} on {self.device.name}")
         stop = StopOnSignal(lambda done: stop_runner(self, tr, done))
         try:
             with stop:
@@ -268,6 +271,7 @@ class Bench:
                        "remote_dir": self.remote_dir, "fingerprint": fp,
                        **({"lab": self.device.lab.model_dump()} if self.device.lab else {})},
             "runtime": runtime,
+            "runner_sha256": self.runner[1] if self.runner else None,    # the zipapp that measured
             "settings": {"warmups": lat.get("warmups", 0), "warmups_requested": s.warmups,
                          "warmup_stable": lat.get("warmup_stable"), "runs": s.runs,
                          # what the device's runtime applied (the runner's record), else what was asked

@@ -29,7 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ConfigError, DeviceError, RunnerCrashed, RunnerTimeout
-from ...runner import edgeforge_runner as runner
+from ...runner.device_facts import fingerprint
+from ...runner.metrics import DRIFT_BATCH, OUTPUTS_MAX_BYTES, drift_metrics, jsonable, packed_outputs
+from ...runner.postprocess import postprocess
+from ...runner.reference import load_npz, load_reference
 from ...task.drift import wants_outputs
 from ...toolchain_web import ENTRY, require_web
 from ..link.interrupt import StopOnSignal, interrupted
@@ -55,7 +58,7 @@ class BrowserBench(Bench):
     def page_table(self, web) -> tuple[dict[str, Resource], dict]:
         """What the server serves, and the page's spec."""
         m, s = self.manifest, self.settings
-        data = runner.load_npz(str(self.build_dir), m["reference"]["inputs"])
+        data = load_npz(str(self.build_dir), m["reference"]["inputs"])
         inputs, table = [], {}
         for i, inp in enumerate(m["inputs"]):
             arr = data.get(inp["name"])
@@ -69,8 +72,8 @@ class BrowserBench(Bench):
             inputs.append({"name": inp["name"], "shape": list(arr.shape), "dtype": str(arr.dtype), "file": rel})
         spec = {"entry": ENTRY, "threads": int(s.threads or 1), "artifact": m["artifact"]["path"],
                 "warmups": s.warmups, "runs": int(s.runs), "samples": int(len(arr)),
-                "drift_batch": runner.DRIFT_BATCH, "drift": True, "inputs": inputs,
-                "outputs_max_bytes": runner.OUTPUTS_MAX_BYTES}
+                "drift_batch": DRIFT_BATCH, "drift": True, "inputs": inputs,
+                "outputs_max_bytes": OUTPUTS_MAX_BYTES}
         table.update({"/": resource_for("runner.html", file=PAGE / "runner.html"),
                       "/runner.js": resource_for("runner.js", file=PAGE / "runner.js"),
                       "/spec.json": resource_for("spec.json", data=json.dumps(spec).encode()),
@@ -98,7 +101,7 @@ class BrowserBench(Bench):
             self.evaluation(ev)
             return
         if name == "latency":
-            self.partial.events.append({"event": "fingerprint", "when": "after", "fingerprint": runner.fingerprint()})
+            self.partial.events.append({"event": "fingerprint", "when": "after", "fingerprint": fingerprint()})
         self.partial.events.append(ev)
         msg = {"start": "page started", "files": "artifact and inputs fetched by the page",
                "runtime": f"onnxruntime-web {ev.get('version')}, {ev.get('threads')} thread(s): timing "
@@ -128,14 +131,14 @@ class BrowserBench(Bench):
             self.partial.events.append({"event": "drift", "skipped": str(ev["skipped"])})
             return
         outs = self.outputs_of(ev)
-        _, ref, labels = runner.load_reference(str(self.build_dir), self.manifest)
-        m = {k: runner.jsonable(v) for k, v in runner.drift_metrics(outs, ref, labels).items()}
+        _, ref, labels = load_reference(str(self.build_dir), self.manifest)
+        m = {k: jsonable(v) for k, v in drift_metrics(outs, ref, labels).items()}
         self.partial.events.append({"event": "drift", "samples": int(ev.get("samples") or 0),
-                                    "batch": int(ev.get("batch") or runner.DRIFT_BATCH), **m})
+                                    "batch": int(ev.get("batch") or DRIFT_BATCH), **m})
         if wants_outputs(self.manifest):
             post = (((self.manifest.get("verify") or {}).get("task") or {}).get("settings") or {}).get("postprocess")
             answers = post is not None and post.get("op", "none") != "none"
-            packed, why = runner.packed_outputs(runner.postprocess(outs, post) if answers else outs)
+            packed, why = packed_outputs(postprocess(outs, post) if answers else outs)
             self.partial.events.append({"event": "outputs", "npz": packed, "answers": answers,
                                         **({"skipped": why} if packed is None else {})})
 
@@ -191,7 +194,7 @@ class BrowserBench(Bench):
         s = self.settings
         total_s = self._total_s = s.connect_timeout_s + s.command_timeout_s
         self.timing["started_at"] = iso(time.time())
-        host_fp = runner.fingerprint()
+        host_fp = fingerprint()
         self.partial.events.append({"event": "fingerprint", "when": "before", "fingerprint": host_fp})
         stop = StopOnSignal(lambda done: None)       # the poll loop sees stop.requested_at
         # the page-load timeout and the watchdog never come before the deadline, which names the phase

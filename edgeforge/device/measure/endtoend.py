@@ -2,7 +2,7 @@
 pre- and post-processing) and how the runner's ``end_to_end`` event becomes the result's
 ``end_to_end`` section (:class:`edgeforge.results.schema.EndToEnd`).
 
-The runner (``end_to_end`` in edgeforge_runner.py) times each image through decode (OpenCV
+The runner (``end_to_end`` in edgeforge/runner/end_to_end.py) times each image through decode (OpenCV
 where the device has it, else Pillow), pre-processing (``run_pipeline``, the code verify
 checked), inference at batch 1 and post-processing (``postprocess``).
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ...errors import ConfigError
-from ...runner.edgeforge_runner import E2E_MAX_IMAGES, E2E_MAX_RUNS
+from ...runner.limits import E2E_MAX_IMAGES, E2E_MAX_RUNS
 from .pipelinecheck import check_images, check_pipeline
 
 NEEDS = "build a project with [preprocess] (its images travel with the build)"

@@ -26,9 +26,7 @@ from ...options import BenchOptions
 from ...report.gates import GateResult
 from ...results.knee import analyse, figures, recommendation_line
 from ...results.load import LOAD_SCHEMA, write_load_result
-from ...runner.edgeforge_runner import (LOAD_MAX_ARRIVALS, LOAD_MAX_DURATION_S, LOAD_MAX_LEVELS, LOAD_MAX_RATE,
-                                       LOAD_MAX_TOTAL_S, LOAD_MAX_WARMUP_S, LOAD_MAX_WORKERS, MAX_BATCH,
-                                       MAX_THREADS, load_worker_cap)
+from ...runner.limits import (LOAD_MAX_ARRIVALS, LOAD_MAX_DURATION_S, LOAD_MAX_LEVELS, LOAD_MAX_RATE, LOAD_MAX_TOTAL_S, LOAD_MAX_WARMUP_S, LOAD_MAX_WORKERS, MAX_BATCH, MAX_THREADS, load_worker_cap)
 from .bench import Bench, BenchOutcome, Step, guarded
 from ..link.inventory import load_inventory
 from ..link.settings import resolve_settings
@@ -206,7 +204,7 @@ class LoadRun(Bench):
                               "execution_providers": (self.manifest.get("runtime") or {}).get("execution_providers"),
                               "connect_timeout_s": s.connect_timeout_s, "command_timeout_s": s.command_timeout_s})
         order = ["schema", "status", "created_at", "edgeforge_version", "emulated", "artifact", "build", "device",
-                 "runtime", "settings", "levels", "analysis"]
+                 "runtime", "runner_sha256", "settings", "levels", "analysis"]
         return {**{k: base[k] for k in order if k in base}, **{k: v for k, v in base.items() if k not in order}}
 
     def write(self, result: dict) -> Path:
@@ -215,7 +213,7 @@ class LoadRun(Bench):
 
 def check_worker_cap(levels: list[dict], device_info: dict, manifest: dict, force: bool, name: str) -> None:
     """Refuse (ConfigError) a level with more concurrent workers than the device holds:
-    :func:`~edgeforge.runner.edgeforge_runner.load_worker_cap` of its cores and available memory
+    :func:`~edgeforge.runner.limits.load_worker_cap` of its cores and available memory
     (``device_info``: what the file check read there), the artifact's size, ``force``."""
     art_mb = float((manifest.get("artifact") or {}).get("size_bytes") or 0) / 1e6
     cores, mem = device_info.get("cores"), device_info.get("mem_available_mb")

@@ -20,7 +20,9 @@ from pydantic import Field, ValidationError
 from ...config import Strict, describe
 from ...errors import BuildInvalid
 from ...project import MAX_PIXELS, MAX_SCALE, MAX_SIDE, Mean, Side, Std
-from ...runner.edgeforge_runner import E2E_MAX_IMAGE_BYTES, E2E_MAX_PIXELS, INTERPOLATIONS, POSTPROCESS_OPS
+from ...runner.limits import E2E_MAX_IMAGE_BYTES, E2E_MAX_PIXELS
+from ...runner.pipeline import INTERPOLATIONS
+from ...runner.postprocess import POSTPROCESS_OPS
 
 HINT = "not a pipeline.json edgeforge wrote: rebuild with `edgeforge build`"
 

@@ -7,7 +7,7 @@ A deploy of one build to one device, under the device's lease (:mod:`.lease`):
 2. upload the release by digest into ``<workdir>/deploy/NAME/releases/<id>/`` as bench sends
    a build (:func:`.sync.prepare` / :func:`.sync.upload`): files another release or a bench directory on
    the device already holds, by sha256, are linked instead of sent;
-3. smoke test: the runner (``edgeforge_runner.py smoke``) checks every sha256, loads the release
+3. smoke test: the runner (``edgeforge_runner-<sha12>.pyz smoke``) checks every sha256, loads the release
    with the target's runtime, runs the reference inputs and judges the drift against the build's
    budget (the host verify's rules). A failed smoke test removes the release: exit 1;
 4. seal the release (sha256 checked again, ``release.json``) and switch ``current`` to it
@@ -39,7 +39,7 @@ from .deploy_safety import DeployStopped, StopRequest, last_record_note, outcome
 from ..link.inventory import Device
 from .releases import Releases, new_release_id, operator, run_smoke
 from ..link.session import Session, device_timeouts
-from ..link.settings import BenchSettings, build_files, resolve_settings, results_dir_of
+from ..link.settings import BenchSettings, build_files, resolve_settings, results_dir_of, runner_file
 
 KEEP = 5
 Step = Callable[[str, str, str], None]      # (device, step, message)
@@ -228,6 +228,7 @@ class Deployer:
         self._check(dev, "before the smoke test")
         step("smoke", f"{rid}: the reference inputs on the device")
         entry.smoke = run_smoke(tr, store.path(rid), digests, timeout, lease, step, self.stop)
+        entry.runner_sha256 = digests[runner_file(digests)]
         m = self.manifest
         store.seal(rid, digests, {"name": self.name, "model": m.get("name"), "digest": sha,
                                   "build": str(Path(self.build_dir).resolve()), "target": m["target"],

@@ -34,6 +34,7 @@ from ...errors import (ConfigError, ConnectionLost, DeviceError, DigestMismatch,
                       RuntimeMissing, SmokeFailed)
 from ..link.events import Partial, tail
 from ..link.lease import Lease
+from ..link.settings import runner_file
 from ..link.transport import SSHTransport
 
 RELEASES_PREFIX = "@@edgeforge-releases "
@@ -204,7 +205,7 @@ def run_smoke(tr, remote_dir: str, files: dict[str, str], timeout_s: float, leas
                     else f"{ev.get('name')} {ev.get('version')}: reference inputs")
 
     try:
-        r = tr.run([dev.python, f"{remote_dir}/edgeforge_runner.py", "smoke", remote_dir, "--spec", json.dumps(spec)],
+        r = tr.run([dev.python, f"{remote_dir}/{runner_file(files)}", "smoke", remote_dir, "--spec", json.dumps(spec)],
                    timeout=timeout_s, on_line=on_line, doing="running the smoke test")
     except DeviceError:
         if stop is not None:
