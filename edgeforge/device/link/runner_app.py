@@ -1,7 +1,8 @@
 """The runner as devices get it: one zipapp of the ``edgeforge/runner`` package (``remote/``, the
 inline helper scripts, left out), named and keyed by its sha256 and uploaded by digest like the
-build's own files. Deterministic: entries sorted, fixed timestamps and permissions, so the same
-source gives the same bytes (and digest) on every host with the same zlib.
+build's own files. Deterministic: entries sorted, fixed timestamps and permissions, stored
+uncompressed (no zlib version in the bytes), so its sha256 is a function of the sources alone:
+every host builds the same file and a device holds it once.
 
 Built into ``<cache dir>/runner/`` (or a temporary directory when the cache cannot be written),
 never into the source tree; a file already there with the right name is the same bytes.
@@ -51,8 +52,8 @@ def _entry(zf: zipfile.ZipFile, name: str, data: bytes) -> None:
     info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
     info.external_attr = 0o100644 << 16       # a regular file, rw-r--r--
     info.create_system = 3                    # unix, whatever the host
-    info.compress_type = zipfile.ZIP_DEFLATED
-    zf.writestr(info, data, compresslevel=9)
+    info.compress_type = zipfile.ZIP_STORED
+    zf.writestr(info, data)
 
 
 def app_bytes(root: Path = PACKAGE_DIR) -> bytes:
