@@ -9,6 +9,7 @@ from .device_facts import fingerprint
 from .protocol import EXIT_USAGE, emit
 
 
+# bench --end-to-end (end_to_end.py): the build's raw images, their size, the timed runs
 E2E_MAX_IMAGES = 16
 E2E_MAX_IMAGE_BYTES = 16 << 20
 E2E_MAX_PIXELS = 40000000
