@@ -38,8 +38,9 @@ def assert_not_busy(lab, build, inv):
     assert proc.returncode == 0, err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
-                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, id="SIGINT", marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGTERM, id="SIGTERM"),   # the default suite's one
+                                 pytest.param(signal.SIGHUP, id="SIGHUP", marks=pytest.mark.slow)])
 def test_signal_stops_the_runner_keeps_the_samples_and_exits_130(lab, builds, sig):
     inv = lab.inventory()
     proc = run_cli_subprocess("bench", builds.onnx, "--device", "local", "--inventory", inv,

@@ -243,6 +243,7 @@ def test_only_a_release_whose_digest_checks_out_becomes_current(cli, lab, versio
     assert [x["to"] for x in history(lab.workdir)] == [v1, v2]
 
 
+@pytest.mark.slow
 def test_current_pointing_at_a_missing_release_is_reported(cli, lab, versions):
     inv = lab.inventory()
     assert _deploy(cli, versions["v1"], inv)[0] == 0
@@ -259,6 +260,7 @@ def test_current_pointing_at_a_missing_release_is_reported(cli, lab, versions):
     assert history(lab.workdir)[-1]["from_missing"] is True
 
 
+@pytest.mark.slow
 def test_pruning_keeps_newest_and_never_current_or_the_one_before(cli, lab, versions):
     inv = lab.inventory()
     for v in ("v1", "v2", "v4"):
@@ -316,6 +318,7 @@ def _renamed(src: Path, dst: Path, model: str) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_another_model_under_a_name_needs_replace_model(cli, lab, versions, tmp_path):
     inv = lab.inventory()
     assert _deploy(cli, versions["v1"], inv)[0] == 0
@@ -338,6 +341,7 @@ def test_another_model_under_a_name_needs_replace_model(cli, lab, versions, tmp_
     assert st["releases"][-1]["model"] == "faces" and st["releases"][0]["model"] == "digits"
 
 
+@pytest.mark.slow
 def test_a_failed_smoke_run_leaves_no_release_behind(cli, lab, versions):
     """The runner crashes on the new release (as a bad input name did: a KeyError on the
     device): exit 4, current unchanged, and the release directory is gone."""
@@ -357,6 +361,7 @@ def test_a_failed_smoke_run_leaves_no_release_behind(cli, lab, versions):
     assert current_id(lab.workdir) == v1 and releases_on_disk(lab.workdir) == [v1]
 
 
+@pytest.mark.slow
 def test_the_next_deploy_sweeps_incomplete_releases_but_never_current_or_sealed(cli, lab, versions):
     inv = lab.inventory()
     for v in ("v1", "v2"):

@@ -37,6 +37,7 @@ def _smoke_runners(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow   # the sshd-killed matrix is covered by test_deploy_lost in the default suite
 @pytest.mark.parametrize("step", ["upload", "smoke", "switch"])
 def test_sshd_killed_mid_deploy_leaves_current_untouched(own_sshd, versions, tmp_path, step):
     """Kill sshd (listener and sessions) as the deploy of v4 reaches ``step`` (for the smoke
@@ -78,6 +79,7 @@ def test_sshd_killed_mid_deploy_leaves_current_untouched(own_sshd, versions, tmp
     assert history(wd)[-1]["from"] == v2
 
 
+@pytest.mark.slow
 def test_canary_gate_failure_leaves_the_rest_untouched(cli, sshd, versions, tmp_path):
     """Three device entries on one sshd, each its own workdir: v1 everywhere, then v2 with
     --canary 1 and a latency gate nobody meets: the canary is switched back to v1, the other two
@@ -111,6 +113,7 @@ def test_canary_gate_failure_leaves_the_rest_untouched(cli, sshd, versions, tmp_
 
 
 
+@pytest.mark.slow
 def test_a_canary_speedup_gate_compares_with_the_devices_fp32_runs(cli, sshd, versions, fp32_build, tmp_path):
     """deploy --canary 1 --min-int8-speedup X: the canary runs INT8 only, so its fp32
     counterpart is an earlier fp32 run on the same device in the results directory. With none
@@ -162,6 +165,7 @@ print("reads", reads, "bad", bad, "seen", len(seen), flush=True)
 '''
 
 
+@pytest.mark.slow
 def test_reader_never_sees_a_missing_or_partial_file(lab, versions):
     """An application opening current/model.onnx in a loop while current is switched 20 times."""
     inv = lab.inventory()

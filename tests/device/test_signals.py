@@ -36,7 +36,10 @@ def _one_error(out: str, err: str) -> str:
     return errors[0]
 
 
-@SIGNALS
+# the default suite keeps SIGTERM; SIGINT and SIGHUP run under make test-slow
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, id="SIGINT", marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGTERM, id="SIGTERM"),
+                                 pytest.param(signal.SIGHUP, id="SIGHUP", marks=pytest.mark.slow)])
 def test_signal_stops_a_load_run_keeps_its_levels_and_exits_130(lab, builds, sig):
     inv = lab.inventory()
     levels = 8

@@ -87,6 +87,7 @@ FACTORY = textwrap.dedent("""
     """)
 
 
+@pytest.mark.slow
 def test_init_factory_reads_inputspecs_or_asks(tmp_path):
     (tmp_path / "model.py").write_text(FACTORY)
     arrays = tmp_path / "arrays"

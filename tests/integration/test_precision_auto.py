@@ -53,6 +53,7 @@ def test_auto_keeps_int8_where_it_is_faster(convnet, tmp_path):
     assert json.loads((tmp_path / "b" / "decision.json").read_text()) == rec
 
 
+@pytest.mark.slow
 def test_auto_keeps_fp32_where_int8_is_slow(convnet, tmp_path):
     import onnx
 

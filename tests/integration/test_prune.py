@@ -64,6 +64,7 @@ def test_prune_removes_the_flops_asked_for_and_holds_the_budget(prune_project, d
     assert m["verify"]["status"] == "passed"
 
 
+@pytest.mark.slow   # second of a kind: test_prune_removes_the_flops_asked_for_and_holds_the_budget stays default
 def test_pruned_builds_obey_the_lite_and_tensorrt_targets(prune_project, tmp_path):
     orin = api.build(prune_project, "jetson-orin", out=tmp_path / "orin", prune=0.3)
     c = orin.manifest["verify"]["contract"]
@@ -75,6 +76,7 @@ def test_pruned_builds_obey_the_lite_and_tensorrt_targets(prune_project, tmp_pat
     assert rpi.manifest["artifact"]["path"].endswith(".nb")
 
 
+@pytest.mark.slow   # second of a kind (see above)
 def test_a_pruned_model_that_misses_the_budget_fails_the_build(digits_project, tmp_path):
     # one fine-tune step after removing 70 % of the FLOPs: far outside a 1-point budget
     proj = _with_prune(copy_project(digits_project, tmp_path / "digits"), steps=1)

@@ -75,6 +75,7 @@ def test_qat_build_ships_every_layer_int8_within_the_budget(qat_project, tmp_pat
     assert key
 
 
+@pytest.mark.slow
 def test_qat_for_jetson_orin_passes_the_tensorrt_rules(qat_project, tmp_path):
     r = api.build(qat_project, "jetson-orin", out=tmp_path / "orin", qat=True)
     m = r.manifest
@@ -87,6 +88,7 @@ def test_qat_for_jetson_orin_passes_the_tensorrt_rules(qat_project, tmp_path):
     assert m["verify"]["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_qat_for_rpi4_goes_down_the_lite_conversion(qat_project, tmp_path):
     """Lite: the tuned program through quantize.ptq's own PostTrainingQuantization, then the
     same INT8 legalize and paddle_lite_opt as PTQ: an ARM .nb with every layer INT8."""
@@ -99,6 +101,7 @@ def test_qat_for_rpi4_goes_down_the_lite_conversion(qat_project, tmp_path):
     assert m["artifact"]["path"].endswith(".nb") and (r.out_dir / m["artifact"]["path"]).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_a_qat_that_misses_the_budget_falls_back_to_ptq_and_says_so(digits_project, tmp_path):
     # lr 1.0 wrecks the weights in a few steps: the fine-tuned model cannot hold the budget
     proj = _with_qat(copy_project(digits_project, tmp_path / "digits"), steps=5, lr=1.0)
@@ -113,6 +116,7 @@ def test_a_qat_that_misses_the_budget_falls_back_to_ptq_and_says_so(digits_proje
     assert m["verify"]["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_auto_qat_enters_only_when_ptq_keeps_layers_in_float(digits_project, tmp_path):
     """[quantization.qat] auto: digits' PTQ keeps every layer INT8, so the step passes it on;
     the outlier digits (3 channels 1000x, see test_budget) keep layers in float: QAT runs."""

@@ -239,7 +239,8 @@ def _damage(how: str, store: Path, key: str) -> None:
         index.write_text(json.dumps(rec))
 
 
-@pytest.mark.parametrize("how", ["tampered", "truncated", "wrong index"])
+@pytest.mark.parametrize("how", ["tampered", pytest.param("truncated", marks=pytest.mark.slow),
+                                 pytest.param("wrong index", marks=pytest.mark.slow)])
 def test_a_damaged_remote_entry_is_a_miss_rebuilt_locally(cold, nginx, tmp_path, how):
     store = nginx.root / "fleet"
     key = next(s["cache_key"] for s in manifest(cold["out"])["steps"] if s["pass"] == "convert.onnx")
@@ -259,6 +260,7 @@ def test_a_damaged_remote_entry_is_a_miss_rebuilt_locally(cold, nginx, tmp_path,
             p.write_bytes(data)
 
 
+@pytest.mark.slow
 def test_an_index_cannot_change_more_than_measurements(cold, nginx, tmp_path):
     """The index's ``measured`` goes back only into measured fields: a forged verify status or
     artifact file in it changes nothing."""
@@ -341,6 +343,7 @@ class DelayProxy(socketserver.ThreadingTCPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/{prefix}"
 
 
+@pytest.mark.slow
 def test_a_slow_server_is_one_warning_and_the_build_goes_on(nginx, small, tmp_path):
     proxy = DelayProxy(nginx.port, delay=4.0)
     try:
@@ -370,6 +373,7 @@ def test_read_mode_uploads_nothing(nginx, small, tmp_path):
         assert f"GET /fleet/{step['cache_key']}.json" in asked
 
 
+@pytest.mark.slow
 def test_two_builds_uploading_the_same_keys_at_once(nginx, small, tmp_path):
     proj, url = small(4), nginx.url("race")
     runs = []
@@ -475,6 +479,7 @@ def test_remote_settings_come_from_flag_env_then_config(tmp_path, monkeypatch):
     assert redact("http://bob:hunter2@host:8080/p?q=1") == "http://host:8080/p"
 
 
+@pytest.mark.slow
 def test_netrc_credentials_publish_and_read_an_entry(nginx, tmp_path, monkeypatch):
     """Basic auth from a netrc (requests reads $NETRC), through the library: an entry put in one
     cache is published, read into another with every file checked; without the netrc entry the

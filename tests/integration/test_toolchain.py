@@ -134,6 +134,7 @@ def test_install_refuses_a_python_that_is_not_3_10(tmp_path):
     assert not (tmp_path / "tc").exists()
 
 
+@pytest.mark.slow
 def test_install_creates_a_working_toolchain(tmp_path):
     """A real install from the local package registry into a private toolchains dir (~25 s)."""
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from device.devhelpers import run_cli_subprocess
 
 
@@ -55,6 +57,7 @@ def test_a_held_place_is_waited_for_then_busy_naming_the_holder(rpi4_lab, builds
     assert fleet.result_files() == []
 
 
+@pytest.mark.slow   # the wait itself is covered by test_a_held_place_is_waited_for_then_busy_naming_the_holder
 def test_a_holder_that_releases_during_the_wait_lets_the_bench_run(rpi4_lab, builds):
     fleet, lab, inv = rpi4_lab
     lab.client("-p", "rpi4-a", "acquire", user="other", check=True)

@@ -84,6 +84,7 @@ def test_synthetic_2048_bin_histograms_match_reference(kind):
     assert same(K.cal_kl_threshold_fast(hist, 0.01, 8), REFERENCE(hist, 0.01, 8))
 
 
+@pytest.mark.slow
 def test_many_small_histograms_match_reference():
     """Hundreds of histograms, every kind, sizes around and below 2 * 127 bins (where a
     merged block holds 0 or 1 bins), several bit widths."""
@@ -102,6 +103,7 @@ def test_many_small_histograms_match_reference():
     assert checked == 240
 
 
+@pytest.mark.slow
 def test_edge_cases_match_reference():
     cases = [
         np.zeros(2048, np.int64),                                  # nothing at all
