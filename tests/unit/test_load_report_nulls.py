@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from helpers import run_cli
-from test_load_result import make_load_result
+from result_factory import make_load_result
 
 from edgeforge.results.knee import analyse
 

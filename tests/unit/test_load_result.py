@@ -1,43 +1,30 @@
-"""edgeforge.load/1: written and read by one model; other versions refused; never overwritten."""
+"""edgeforge.load/1: written by the model and checked as plain JSON, then read back; other
+versions refused; never overwritten. The document comes from tests/result_factory.py."""
 from __future__ import annotations
 
 import json
 
 import pytest
+from result_factory import make_load_result
 
 from edgeforge.errors import ResultError
-from edgeforge.results.knee import analyse
-from edgeforge.results.load import LOAD_SCHEMA, LoadResult, read_load_result, write_load_result
-
-
-def make_load_result(**over) -> dict:
-    levels = [{"mode": "closed", "sessions": "shared", "threads": 2, "batch": 1, "concurrency": k,
-               "rate": None, "completed": 100 * k, "errors": 0, "inferences_per_s": t,
-               "samples_per_s": t, "p50_ms": p / 2, "p90_ms": p * 0.8, "p99_ms": p, "max_ms": p * 1.5,
-               "cpu_util_pct": 50.0 * k, "peak_rss_mb": 70.0, "temp_c_before": None,
-               "temp_c_after": None, "samples_ms": [p / 2] * 5}
-              for k, t, p in ((1, 100.0, 2.0), (2, 190.0, 2.2), (4, 195.0, 4.0))]
-    r = {"schema": LOAD_SCHEMA, "status": "ok", "created_at": "2026-12-01T00:00:00+00:00",
-         "edgeforge_version": "0", "emulated": None,
-         "artifact": {"sha256": "ab" * 32, "name": "digits", "target": "linux-x86", "backend": "onnx",
-                      "precision": "int8"},
-         "device": {"name": "local", "fingerprint": {"cpu_model": "x", "kernel": "k", "governor": None,
-                                                     "temp_c_before": None, "temp_c_after": None,
-                                                     "load_avg": [0, 0, 0], "emulated": None}},
-         "runtime": {"name": "onnxruntime", "version": "1.23"},
-         "settings": {"duration_s": 0.5, "warmup_s": 0.1}, "levels": levels,
-         "analysis": analyse(levels, 3.0), "transfer": {"uploaded_bytes": 0, "seconds": 0}}
-    r.update(over)
-    return r
+from edgeforge.results.load import LoadResult, read_load_result, write_load_result
 
 
 def test_round_trip(tmp_path):
     r = make_load_result()
     p = write_load_result(tmp_path, r)
     assert p.name.endswith("-load.json")
+    # the file, read as plain JSON (no model): every field as given, the schema named literally
+    on_disk = json.loads(p.read_text())
+    assert on_disk == r and on_disk["schema"] == "edgeforge.load/1"
+    assert [(lv["concurrency"], lv["inferences_per_s"], lv["p99_ms"]) for lv in on_disk["levels"]] == [
+        (1, 100.0, 2.0), (2, 190.0, 2.2), (4, 195.0, 4.0)]
+    assert on_disk["artifact"]["sha256"] == "ab" * 32 and on_disk["device"]["name"] == "local"
+    # and read back through the model: the same document, nothing added or dropped
     back = read_load_result(p)
-    assert back == json.loads(json.dumps(r))
-    assert LoadResult.check(back).to_json() == back
+    assert back == on_disk
+    assert LoadResult.check(back).to_json() == on_disk
 
 
 @pytest.mark.parametrize("schema", ["edgeforge.load/2", "edgeforge.bench/1", None])
