@@ -36,7 +36,6 @@ from .errors import ConfigError
 
 IMAGES = (".png", ".jpg", ".jpeg")
 ARRAYS = (".npy", ".npz")
-RESAMPLE = ("bilinear", "nearest", "bicubic")
 MAX_IMAGE_PIXELS = 1 << 26          # 67 M pixels (8192 x 8192): refused from the header, never decoded
 MAX_SAMPLE_ELEMENTS = 1 << 26       # one sample of one input (a 4K RGB frame is 25 M)
 MAX_DATA_BYTES = 2 << 30            # everything init writes into the two .npz files

@@ -2,7 +2,7 @@
 coordinator's queue, acquire, use, release, cancel.
 
 :class:`PlaceHold` does it in two calls (``take()``, then ``give_back()``, which the device
-session ties to closing the SSH connection); :func:`reserved` is the same as a ``with`` block.
+session ties to closing the SSH connection).
 
 - ``take()``: a reservation for the one place (``name=PLACE``, ``--prio``), then ``wait TOKEN``
   in a child that polls the coordinator once a second (that keeps the reservation alive) while
@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 from ..errors import Busy, DeviceError, EdgeforgeError
 from ..stop_signals import signals_held
@@ -160,14 +159,3 @@ class PlaceHold:
             fn(*args)
         except EdgeforgeError as exc:
             self.notes.append(f"could not {what} place {self.place}: {getattr(exc, 'detail', exc.message)}")
-
-
-@contextmanager
-def reserved(client: LabClient, place: str, device: str | None = None, queue: Queue | None = None,
-             on_step: Step | None = None) -> Iterator[PlaceHold]:
-    """The place, acquired for the ``with`` block (see the module doc)."""
-    hold = PlaceHold(client, place, device or place, queue, on_step).take()
-    try:
-        yield hold
-    finally:
-        hold.give_back()

@@ -36,7 +36,6 @@ from ...errors import (Busy, ConnectionLost, DeviceError, LeaseLost, Misconfigur
 from .process import pid_alive
 from .transport import SSHTransport
 
-LEASE_DIR = ".lease"
 LEASE_PREFIX = "@@edgeforge-lease "
 TTL_MARGIN_S = 60.0
 POLL_MIN_S, POLL_MAX_S = 0.25, 2.0
