@@ -56,10 +56,12 @@ def digits_project(tmp_path_factory) -> Path:
 # ---------------------------------------------------------------- machines without Paddle Lite
 # paddlelite's x86-64 wheels stop at cp310; a machine with no Python 3.10 at all (stock Debian 12,
 # Ubuntu 24.04) cannot have the Lite toolchain, and Lite targets then stop with exit 2 and one
-# line (tests/integration/test_toolchain.py pins that). There, a test that fails *because* that
-# line came up is reported as skipped, with the reason; with a toolchain (CI: pyenv's 3.10) it
-# fails as usual. Nothing else is ever turned into a skip.
-LITE_MISSING = "needs the Paddle Lite toolchain, which is not installed"
+# line (tests/integration/test_toolchain.py pins that). A test that needs the toolchain says so
+# where it is defined, with ``@pytest.mark.needs_lite`` (or a ``pytest.param(..., marks=...)``),
+# or through the ``lite_toolchain`` fixture; where find_lite() finds none it is skipped before it
+# runs, with the reason. A test that does not say so and meets the toolchain line fails.
+NO_LITE = ("no Paddle Lite toolchain here (it needs a Python 3.10: "
+           "`edgeforge toolchain install lite --python PATH`)")
 
 
 def _lite_available() -> bool:
@@ -68,13 +70,19 @@ def _lite_available() -> bool:
     return find_lite() is not None
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.failed and call.excinfo is not None and LITE_MISSING in str(rep.longrepr) \
-            and not _lite_available():
-        rep.outcome = "skipped"
-        rep.longrepr = (str(item.path), item.location[1] or 0,
-                        "Skipped: no Paddle Lite toolchain here (it needs a Python 3.10: "
-                        "`edgeforge toolchain install lite --python PATH`)")
+def pytest_collection_modifyitems(items):
+    marked = [item for item in items if item.get_closest_marker("needs_lite")]
+    if marked and not _lite_available():
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=NO_LITE))
+
+
+@pytest.fixture(scope="session")
+def lite_toolchain():
+    """The Paddle Lite toolchain; the test is skipped (before it runs) where there is none."""
+    from edgeforge.toolchain import find_lite
+
+    tc = find_lite()
+    if tc is None:
+        pytest.skip(NO_LITE)
+    return tc

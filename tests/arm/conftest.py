@@ -59,14 +59,17 @@ def orin_inventory(emu_ready, emu, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def arm_builds(digits_project, tmp_path_factory):
-    """digits: rpi4 ONNX fp32 and INT8, jetson-orin fp32 and INT8, rpi4 Paddle Lite INT8 (.nb)."""
+    """digits: rpi4 ONNX fp32 and INT8, jetson-orin fp32 and INT8, and rpi4 Paddle Lite INT8 (.nb)
+    where the Lite toolchain is installed (its one user is marked needs_lite)."""
+    from edgeforge.toolchain import find_lite
+
     out = tmp_path_factory.mktemp("arm-builds")
     dirs = {}
+    lite = [("rpi4-lite", "rpi4", [])] if find_lite() is not None else []
     for key, target, extra in (("rpi4-fp32", "rpi4", ["--backend", "onnx", "--precision", "fp32"]),
                                ("rpi4-int8", "rpi4", ["--backend", "onnx"]),
                                ("orin-fp32", "jetson-orin", ["--precision", "fp32"]),
-                               ("orin-int8", "jetson-orin", []),
-                               ("rpi4-lite", "rpi4", [])):
+                               ("orin-int8", "jetson-orin", []), *lite):
         code, _, se = edgeforge("build", digits_project, "--target", target, *extra, "--out", out / key, "-q")
         assert code == 0, f"build {key}: {se}"
         dirs[key] = out / key

@@ -134,6 +134,7 @@ def test_report_labels_emulated_runs(emulated_results, tmp_path):
     assert "emulated timings" in md                      # the INT8 pair is not compared
 
 
+@pytest.mark.needs_lite
 def test_lite_nb_on_the_emulated_device_fails_cleanly(arm_builds, emu_ready, tmp_path):
     assert manifest(arm_builds["rpi4-lite"])["backend"] == "lite"
     code, _, err = edgeforge("bench", arm_builds["rpi4-lite"], "--device", "emu-arm64",

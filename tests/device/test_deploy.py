@@ -293,6 +293,7 @@ def test_a_held_lease_makes_deploy_report_busy(cli, lab, versions):
     assert current_id(lab.workdir) is None and not releases_on_disk(lab.workdir)
 
 
+@pytest.mark.needs_lite
 def test_deploy_a_paddle_lite_build(cli, lab, builds):
     """The smoke test runs a release with its own runtime: Paddle Lite for a .nb build."""
     inv = lab.inventory()

@@ -141,6 +141,7 @@ def test_tampered_files_on_device_are_detected_and_uploaded_again(cli, lab, buil
     assert not list(remote.rglob(".*.part-*"))                          # no temporary files left
 
 
+@pytest.mark.needs_lite
 def test_lite_fp32_bench(cli, lab, builds):
     code, out, err = _bench(cli, lab, builds.lite, "--warmups", "3")
     assert code == 0, err
@@ -154,6 +155,7 @@ def test_lite_fp32_bench(cli, lab, builds):
     assert r["drift"]["max_abs_error"] < 1e-4
 
 
+@pytest.mark.needs_lite
 def test_bench_with_benchmark_bin(cli, lab, builds):
     """A device entry naming benchmark_bin times with it (one warm run per process). The binary
     here is a stand-in that prints benchmark_bin's Perf Info block; the flags it gets are checked."""

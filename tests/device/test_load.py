@@ -185,6 +185,7 @@ def test_runner_killed_mid_curve_keeps_the_levels_measured(cli, lab, onnx_build)
     assert all(lv["completed"] > 0 for lv in r["levels"])
 
 
+@pytest.mark.needs_lite
 def test_paddle_lite_runs_one_predictor_per_worker_process(cli, lab, digits_project, tmp_path):
     from edgeforge import api
 

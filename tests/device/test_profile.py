@@ -61,6 +61,7 @@ exit 0
 """)
 
 
+@pytest.mark.needs_lite
 def test_lite_profile_through_benchmark_bin(cli, lab, builds):
     from lite_profile_text import KERNELS, lite_log
 
@@ -77,6 +78,7 @@ def test_lite_profile_through_benchmark_bin(cli, lab, builds):
     assert "conv2d" in out and "quantize/dequantize: 3.0%" in out
 
 
+@pytest.mark.needs_lite
 def test_a_benchmark_bin_without_the_profiler_says_how_to_get_one(cli, lab, builds):
     inv = lab.inventory(benchmark_bin=str(_benchmark_bin(lab, None)))
     code, _, err = cli("bench", builds.lite, "--device", "local", "--inventory", inv, "--results", lab.results,

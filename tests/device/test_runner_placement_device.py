@@ -25,6 +25,7 @@ def test_an_onnx_result_records_load_time_and_placement(cli, lab, builds):
     assert isinstance(r["device"]["fingerprint"]["cpu_flags"], list)
 
 
+@pytest.mark.needs_lite
 def test_a_lite_result_evaluates_one_batch_size_per_predictor(cli, lab, builds):
     code, _, err = _bench(cli, lab, builds.lite)
     assert code == 0, err

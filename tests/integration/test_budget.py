@@ -96,6 +96,7 @@ def test_budget_miss_is_a_gate_failure_exit_1(outlier_project, tmp_path):
     assert (tmp_path / "o" / "manifest.json").is_file()
 
 
+@pytest.mark.needs_lite
 @pytest.mark.slow   # second of a kind: test_plain_int8_misses_budget_and_fallback_meets_it stays default
 def test_lite_path_fallback_meets_budget_on_simulated_int8(outlier_project, tmp_path):
     """For an ARM .nb the host cannot run the artifact; the budget is checked on Paddle

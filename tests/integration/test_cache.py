@@ -29,7 +29,7 @@ def test_unchanged_rebuild_runs_no_pass(digits_project, cache_dir, tmp_path):
 
 @pytest.mark.parametrize("target, quantize, after", [
     ("jetson-orin", "quantize.onnx", ["verify"]),
-    pytest.param("rpi4", "quantize.ptq", ["convert.lite", "verify"], marks=pytest.mark.slow),
+    pytest.param("rpi4", "quantize.ptq", ["convert.lite", "verify"], marks=[pytest.mark.slow, pytest.mark.needs_lite]),
 ])
 def test_quantization_change_reruns_quantize_and_after_only(digits_project, cache_dir, tmp_path, target, quantize, after):
     api.build(digits_project, target, out=tmp_path / "a", cache_dir=cache_dir)

@@ -80,6 +80,7 @@ def test_calibration_data_missing_input(project, tmp_path):
     assert_clean_failure(res, 2, "has no array 'x'", out=out)
 
 
+@pytest.mark.needs_lite   # the build plans the Paddle Lite conversion before export runs
 def test_factory_that_fails_to_import(project, tmp_path):
     (project / "model.py").write_text("import torchvision_that_is_not_here\n" + (project / "model.py").read_text())
     out = tmp_path / "out"
@@ -87,6 +88,7 @@ def test_factory_that_fails_to_import(project, tmp_path):
     assert_clean_failure(res, 2, "factory 'model:DigitsNet' failed to import", "ModuleNotFoundError", out=out)
 
 
+@pytest.mark.needs_lite   # the build plans the Paddle Lite conversion before export runs
 def test_factory_name_missing(project, tmp_path):
     toml = project / "edgeforge.toml"
     toml.write_text(toml.read_text().replace("model:DigitsNet", "model:DigitNet"))
@@ -95,6 +97,7 @@ def test_factory_name_missing(project, tmp_path):
     assert_clean_failure(res, 2, "failed to import", "DigitNet", out=out)
 
 
+@pytest.mark.needs_lite   # the build plans the Paddle Lite conversion before export runs
 def test_input_spec_that_does_not_match_the_model(project, tmp_path):
     toml = project / "edgeforge.toml"
     toml.write_text(toml.read_text().replace("shape = [-1, 1, 32, 32]", "shape = [-1, 3, 32, 32]"))
@@ -140,6 +143,7 @@ def test_failed_build_keeps_the_previous_output(project, tmp_path):
     assert (out / "model.onnx").is_file()
 
 
+@pytest.mark.needs_lite   # the build plans the Paddle Lite conversion before export runs
 def test_converter_crash_is_one_line_naming_pass_and_op(project, tmp_path):
     """Paddle Lite's optimizer segfaults on flatten_contiguous_range for x86 (TOOLCHAIN trap 3).
     Without legalize the real converter crashes in its child process; edgeforge survives and

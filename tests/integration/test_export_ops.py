@@ -129,11 +129,12 @@ def all_ops_project(tmp_path_factory) -> Path:
     return tiny_project(tmp_path_factory.mktemp("all-ops") / "proj", "all-ops", src, [-1, 8, 16], samples=16)
 
 
-@pytest.mark.parametrize("column", [dict(target="rpi4", precision="fp32"),
-                                    dict(target="linux-x86", precision="fp32"),
-                                    dict(target="linux-x86", precision="fp32", route="legacy"),
-                                    dict(target="linux-x86", backend="lite", precision="fp32")],
-                         ids=["lite-arm", "onnx", "onnx-legacy", "lite-x86"])
+@pytest.mark.parametrize("column", [
+    pytest.param(dict(target="rpi4", precision="fp32"), id="lite-arm", marks=pytest.mark.needs_lite),
+    pytest.param(dict(target="linux-x86", precision="fp32"), id="onnx"),
+    pytest.param(dict(target="linux-x86", precision="fp32", route="legacy"), id="onnx-legacy"),
+    pytest.param(dict(target="linux-x86", backend="lite", precision="fp32"), id="lite-x86",
+                 marks=pytest.mark.needs_lite)])
 def test_model_of_all_listed_ops_builds_for_every_backend(all_ops_project, column, tmp_path, monkeypatch):
     """ONNX builds take the PIR program (no patch needed: the PIR export is Paddle's own); the
     legacy program, forced here, goes to paddle2onnx 2.1 through its PIR translation."""

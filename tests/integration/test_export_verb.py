@@ -52,6 +52,7 @@ def senet(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.needs_lite
 def test_export_writes_the_legacy_program_plain_paddle_cannot(senet, tmp_path):
     env = dict(os.environ, FLAGS_enable_pir_api="0")
     plain = subprocess.run([sys.executable, "-c", PLAIN_EXPORT, str(senet), str(tmp_path / "plain" / "m")], env=env,

@@ -68,6 +68,7 @@ def test_onnx_int8_folded(folded, tmp_path):
     assert _check_fold(b.manifest)["cosine"] > 0.99
 
 
+@pytest.mark.needs_lite
 def test_lite_artifact_takes_the_same_bytes(folded, tmp_path):
     from edgeforge.passes.lite import lite_outputs
 

@@ -69,6 +69,7 @@ def test_onnx_fp32_at_min_opt_max(project, tmp_path):
     assert [d.dim_value for d in dims][1:3] == [1, 16]
 
 
+@pytest.mark.needs_lite
 def test_lite_x86_fp32_at_min_opt_max(project, tmp_path):
     m = api.build(project, "linux-x86", backend="lite", precision="fp32", out=tmp_path / "out").manifest
     assert m["verify"]["runtime"]["name"] == "paddlelite"
@@ -94,6 +95,7 @@ def test_tensorrt_gets_the_profile(project, tmp_path):
     assert {k: trt[k] for k in prof if k != "complete"} == {k: v for k, v in prof.items() if k != "complete"}
 
 
+@pytest.mark.needs_lite
 def test_device_only_target_records_what_was_skipped(project, tmp_path):
     m = api.build(project, "rpi4", precision="fp32", out=tmp_path / "out").manifest
     assert m["verify"]["status"] == "device-only"

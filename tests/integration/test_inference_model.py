@@ -53,7 +53,7 @@ def test_builds_for_linux_x86_from_the_cli(exported, digits_project, tmp_path):
     assert "exported inference model" in manifest["export"]["program"]
 
 
-@pytest.mark.parametrize("target", ["jetson-orin", "rpi4"])
+@pytest.mark.parametrize("target", ["jetson-orin", pytest.param("rpi4", marks=pytest.mark.needs_lite)])
 def test_builds_for_jetson_and_rpi(exported, digits_project, tmp_path, target):
     root = _project(tmp_path / "p", digits_project, exported)
     result = api.build(root, target, out=tmp_path / "out")

@@ -192,6 +192,7 @@ def test_onnx_rewrite(name, tmp_path):
     np.testing.assert_array_equal(out, before[0])
 
 
+@pytest.mark.needs_lite
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rewrite(name, tmp_path):
     make, shape, (stage, fragment) = CASES[name]
@@ -267,6 +268,7 @@ def test_rewrites_for_targets_and_bad_input():
         L.rewrites_for("lite", [])
 
 
+@pytest.mark.needs_lite
 def test_preflight(tmp_path):
     # relu6 + flatten (rewritable), pow(x, 3) (x86 kernel gives inf), celu (no Lite kernel)
     model = export(Probe(lambda x: paddle.flatten(F.celu(paddle.pow(F.relu6(x), 3.0)), 1)), X4,
@@ -294,6 +296,7 @@ def test_preflight(tmp_path):
     assert L.preflight(m2, "onnx", []) == []
 
 
+@pytest.mark.needs_lite
 def test_legalize_after_ptq(tmp_path):
     """PTQ (onnx_format=True) re-saves with clip_extra=True: relu6 loses its threshold again,
     so the quantized model needs legalize too."""

@@ -27,6 +27,7 @@ def _batches_ok(m):
         assert r["matched"] > 0 and r["map50_vs_float"] >= 0.9, r
 
 
+@pytest.mark.needs_lite
 def test_rpi4_lite_takes_the_legacy_op(project, tmp_path):
     m = api.build(project, "rpi4", out=tmp_path / "rpi4").manifest
     exp = m["export"]
@@ -36,6 +37,7 @@ def test_rpi4_lite_takes_the_legacy_op(project, tmp_path):
     assert (t["kind"], t["metric"], t["labelled"]) == ("detection", "map50", True) and t["float"] > 0.3
 
 
+@pytest.mark.needs_lite
 def test_lite_x86_runs_the_op(project, tmp_path):
     """The same op under Paddle Lite's x86 runtime on the host: rows and counts, and the
     detections Paddle Inference finds (fp32)."""

@@ -70,6 +70,7 @@ def test_auto_keeps_fp32_where_int8_is_slow(convnet, tmp_path):
     assert (tmp_path / "b" / "decision.json").is_file()
 
 
+@pytest.mark.needs_lite
 def test_auto_needs_a_device_where_the_host_cannot_time_the_artifact(digits_project, tmp_path):
     """rpi4's Paddle Lite .nb (ARM): the host cannot run it, so build --precision auto builds
     the target's default and says the decision needs a device."""

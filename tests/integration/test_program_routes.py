@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
 from helpers import run_cli, tiny_project
 
 from edgeforge import api
@@ -50,6 +51,7 @@ def test_a_failure_on_the_pir_route_falls_back_to_the_legacy_route(tmp_path):
     assert "program route: legacy (the pir route failed: pass convert.onnx" in " ".join(res.stdout.split())
 
 
+@pytest.mark.needs_lite
 def test_interpolate_converts_on_both_routes_with_the_scale_fix(tmp_path):
     """Paddle 3.3 writes F.interpolate's scale as f64, paddle2onnx 2.1 stops on it
     (passes/legalize/pir_json.py); the legacy program, translated to PIR, needs the same fix."""

@@ -64,6 +64,7 @@ def test_prune_removes_the_flops_asked_for_and_holds_the_budget(prune_project, d
     assert m["verify"]["status"] == "passed"
 
 
+@pytest.mark.needs_lite
 @pytest.mark.slow   # second of a kind: test_prune_removes_the_flops_asked_for_and_holds_the_budget stays default
 def test_pruned_builds_obey_the_lite_and_tensorrt_targets(prune_project, tmp_path):
     orin = api.build(prune_project, "jetson-orin", out=tmp_path / "orin", prune=0.3)

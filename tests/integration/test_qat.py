@@ -88,6 +88,7 @@ def test_qat_for_jetson_orin_passes_the_tensorrt_rules(qat_project, tmp_path):
     assert m["verify"]["status"] == "passed"
 
 
+@pytest.mark.needs_lite
 @pytest.mark.slow
 def test_qat_for_rpi4_goes_down_the_lite_conversion(qat_project, tmp_path):
     """Lite: the tuned program through quantize.ptq's own PostTrainingQuantization, then the

@@ -11,6 +11,8 @@ from task_projects import dfl_project
 from edgeforge import api
 from edgeforge.cache import Cache
 
+pytestmark = pytest.mark.needs_lite     # every test here builds for or runs Paddle Lite
+
 # KL (the default) and abs_max (the two) in the default suite; the others under `slow`
 ALGOS = ["KL", "abs_max", *(pytest.param(a, marks=pytest.mark.slow) for a in ("hist", "mse", "avg"))]
 

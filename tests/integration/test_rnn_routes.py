@@ -70,6 +70,7 @@ def test_jetson_int8_keeps_the_recurrent_op_in_float(rnn_project, tmp_path):
     assert ops & {"LSTM", "GRU"} and "QuantizeLinear" in ops       # the Linear is INT8, the RNN float
 
 
+@pytest.mark.needs_lite
 def test_lite_takes_the_legacy_program(rnn_project, tmp_path):
     arm = api.build(rnn_project, "rpi4", out=tmp_path / "arm", precision="fp32")
     assert arm.manifest["export"]["route"] == "legacy"

@@ -13,6 +13,8 @@ from edgeforge.device.link.runner_app import runner_app
 from edgeforge.runner.protocol import EVENT_PREFIX, EXIT_OK
 from edgeforge.toolchain import find_lite
 
+pytestmark = pytest.mark.needs_lite     # every test here builds for or runs Paddle Lite
+
 
 @pytest.fixture(scope="module")
 def lite_build(digits_project, tmp_path_factory):

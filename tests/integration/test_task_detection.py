@@ -43,6 +43,7 @@ def test_without_labels_the_float_detections_are_the_truth(project, tmp_path):
     assert 0.5 <= art["matched_iou"] <= 1.0 and 0.0 <= art["score_error"] < 0.5
 
 
+@pytest.mark.needs_lite
 def test_nms_in_the_graph_lite_rows_and_counts(tmp_path):
     """matrix_nms in the graph (rows [M, 6] + counts [N], the multiclass_nms3 layout) builds
     for linux-x86 with Paddle Lite: mAP@0.5 in verify.task from the artifact's own NMS."""

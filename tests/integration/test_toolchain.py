@@ -13,16 +13,14 @@ import pytest
 from helpers import run_cli
 
 from edgeforge import toolchain
-from edgeforge.toolchain import find_lite
 
 HIDDEN = {"EDGEFORGE_LITE_PYTHON": "none"}
 
 
 @pytest.fixture(scope="module")
-def lite():
-    tc = find_lite()
-    assert tc is not None, "these tests need the Paddle Lite toolchain: edgeforge toolchain install lite"
-    return tc
+def lite(lite_toolchain):
+    """The tests that use the toolchain; skipped before they run where there is none."""
+    return lite_toolchain
 
 
 def _one_error_line(stderr: str) -> str:

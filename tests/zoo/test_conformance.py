@@ -341,7 +341,8 @@ CHECKS = {
 }
 
 
-@pytest.mark.parametrize("column", list(COLUMNS))
+@pytest.mark.parametrize("column", [pytest.param(c, marks=pytest.mark.needs_lite) if spec[1].get("backend") == "lite"
+                                    else c for c, spec in COLUMNS.items()])
 def test_cell(zoo_project: ZooProject, column: str, record_cell, tmp_path):
     arch = zoo_project.arch
     title = COLUMNS[column][0]
@@ -415,6 +416,7 @@ RAW_ARM_FAILURES = {
 }
 
 
+@pytest.mark.needs_lite
 @pytest.mark.parametrize("zoo_project", list(RAW_ARM_FAILURES), indirect=True)
 def test_raw_export_fails_cleanly(zoo_project: ZooProject, tmp_path):
     """Runs next to the cells of the architecture (same session fixture): export is cached."""
