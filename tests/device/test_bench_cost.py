@@ -83,6 +83,13 @@ def segmenter(tmp_path_factory):
     return fp32, int8
 
 
+# make test-slow: about 54 s in a 28-minute `make test` on 2 cores (40 s of it training and building
+# the segmenter). The default suite keeps the cheaper tests of each part: the 8 MB cap and the
+# PP-LiteSeg-sized sample count (tests/unit/test_reference_data.py), a second bench that sends
+# nothing (test_device_bench.py::test_rebench_uploads_nothing_and_keeps_both_results), reference
+# data linked on the device by its sha256 (test_deploy.py::test_deploy_v1_v2_rollback_and_releases)
+# and a task metric computed on the device (test_task_bench.py::test_bench_reports_the_task_metric).
+@pytest.mark.slow
 def test_a_segmenter_bench_sends_its_artifact_and_8_mb_once(cli, lab, segmenter):
     fp32, int8 = segmenter
     ref = fp32.manifest["reference"]
