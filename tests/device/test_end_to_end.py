@@ -118,6 +118,9 @@ def test_a_build_without_a_pipeline_is_refused_before_connecting(cli, lab, photo
     assert not lab.result_files()
 
 
+# make test-slow (16 s in a 28-min make test, its own build): the default suite keeps the
+# end-to-end bench above and the folded artifact on the host (tests/integration/test_fold.py)
+@pytest.mark.slow
 def test_a_folded_build_end_to_end_feeds_the_decoded_bytes(cli, lab, tmp_path_factory):
     """fold = true: the device pipeline stops at the resize, the artifact takes the uint8 bytes."""
     import numpy as np

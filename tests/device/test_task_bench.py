@@ -86,6 +86,10 @@ def test_a_postprocess_for_another_task_is_refused(tmp_path):
         api.build(proj, "linux-x86", precision="fp32", out=tmp_path / "out")
 
 
+# make test-slow (17 s in a 28-min make test, its own detector build): the default suite keeps
+# NMS run on the device with its detections compared (the test above) and the runner's NMS
+# against Paddle's kernel (tests/integration/test_nms3_targets.py)
+@pytest.mark.slow
 def test_nms_moved_out_of_the_graph_runs_on_the_device(cli, lab, tmp_path, monkeypatch):
     """[backend.onnx] nms = "postprocess" (jetson-orin's; here on an x86 profile, since the
     loopback device is x86_64): the graph ends before its multiclass_nms3 and the runner does

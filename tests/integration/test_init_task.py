@@ -37,10 +37,10 @@ def _eval_sources(project: Path) -> list[str]:
     return json.loads((project / "data" / "split.json").read_text())["evaluation"]
 
 
-def test_detection_from_coco_instances_builds_with_map(tmp_path):
+def _detection_project(tmp_path) -> Path:
     """Scenes of two digits drawn at 64x64 (2x the input), boxes in COCO [x, y, w, h] at 64x64,
     categories with ids 3 and 7: init scales the boxes to the 32x32 input and maps the
-    categories to classes 0 and 1 in id order."""
+    categories to classes 0 and 1 in id order (checked row by row). Returns the project."""
     import paddle
 
     det = _model("tiny_detector")
@@ -81,6 +81,15 @@ def test_detection_from_coco_instances_builds_with_map(tmp_path):
         np.testing.assert_array_equal(ev["gt_classes"][k:k + n], classes[start[i]:start[i + 1]])
         k += n
     assert k == len(ev["gt_boxes"]) and len(rows) == 40
+    return project
+
+
+# make test-slow (50 s on 2 loaded cores with its init; 12 s in a 28-min make test): the build
+# reading init's labels. The default suite keeps the init (test_init_writes_each_rows_task_labels)
+# and a detection build against labels (test_task_detection.py::test_map50_against_labels).
+@pytest.mark.slow
+def test_detection_from_coco_instances_builds_with_map(tmp_path):
+    project = _detection_project(tmp_path)
     # fp32: the INT8 drop of a detector trained for 8 s depends on the host's load (1.7 to 27
     # points measured); what init gives the build (labels, [task]) is what is checked here
     t = _build(project, tmp_path / "out", "--precision", "fp32")["verify"]["task"]
@@ -90,7 +99,8 @@ def test_detection_from_coco_instances_builds_with_map(tmp_path):
     assert 0.0 <= t["float"] <= 1.0 and t["artifact"] == pytest.approx(t["float"], abs=0.02)
 
 
-def test_segmentation_from_mask_pngs_builds_with_miou(tmp_path):
+def _segmentation_project(tmp_path) -> Path:
+    """Mask PNGs with an ignored row: init writes each evaluation row's mask. Returns the project."""
     import paddle
 
     seg = _model("stroke_segmenter")
@@ -116,6 +126,21 @@ def test_segmentation_from_mask_pngs_builds_with_miou(tmp_path):
         labels = z["labels"]
     for j, src in enumerate(_eval_sources(project)):
         np.testing.assert_array_equal(labels[j], masks[int(src[1:3])])
+    return project
+
+
+@pytest.mark.parametrize("make", [_detection_project, _segmentation_project], ids=["detection", "segmentation"])
+def test_init_writes_each_rows_task_labels(tmp_path, make):
+    """What init writes from COCO instances and from mask PNGs (the builds: the slow tests here)."""
+    make(tmp_path)
+
+
+# make test-slow (68 s on 2 loaded cores with its init): the INT8 build reading init's masks. The
+# default suite keeps the init (test_init_writes_each_rows_task_labels) and a segmentation
+# build's mIoU (test_task_segmentation.py::test_the_build_summary_reads_miou).
+@pytest.mark.slow
+def test_segmentation_from_mask_pngs_builds_with_miou(tmp_path):
+    project = _segmentation_project(tmp_path)
     t = _build(project, tmp_path / "out")["verify"]["task"]
     assert (t["kind"], t["metric"], t["labelled"]) == ("segmentation", "miou", True)
     assert 0.5 < t["float"] <= 1.0 and "pixel_accuracy" in t["figures"]["float"], t

@@ -28,6 +28,9 @@ def _strange_places(lab):
         lab.place(name, "dev-b", board="rpi4")
 
 
+# make test-slow (56 s on 2 loaded cores: a --where bench over both places); the default suite
+# keeps the cheaper test of the same skip below (devices, and a bench on one place)
+@pytest.mark.slow
 def test_a_place_with_a_space_or_markup_is_skipped_with_a_warning(cli, rpi4_lab, builds):
     fleet, lab, inv = rpi4_lab
     _strange_places(lab)
@@ -47,7 +50,6 @@ def test_a_place_with_a_space_or_markup_is_skipped_with_a_warning(cli, rpi4_lab,
     assert lab.acquired() == []
 
 
-@pytest.mark.slow
 def test_devices_and_bench_device_beside_a_strange_place(cli, rpi4_lab, builds):
     fleet, lab, inv = rpi4_lab
     _strange_places(lab)
