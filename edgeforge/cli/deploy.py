@@ -169,7 +169,8 @@ def _finish(args, record, results_dir) -> int:
         raise FleetFailed(f"device {e.device}: {e.error}", hint=e.hint, exit_code=record.exit_code)
     if failed:
         raise FleetFailed(f"{len(failed)} of {len(record.devices)} devices: "
-                          + "; ".join(f"{e.device} {e.status}" for e in failed), exit_code=record.exit_code)
+                          + "; ".join(f"{e.device} {e.status}" + (f" ({e.error})" if e.error else "") for e in failed),
+                          exit_code=record.exit_code)
     return ExitCode.OK
 
 

@@ -80,3 +80,87 @@ def test_a_signal_while_verify_runs_a_user_metric_is_a_clean_130(digits_project,
     assert _wait_gone(pids) == [], "the metric's processes outlived edgeforge"
     assert sorted(p.name for p in tmp.iterdir()) == []
     assert not (tmp_path / "out").exists()
+
+
+def _full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is already full: the child's first write to it blocks until we read.
+    edgeforge writes nothing to stdout before the build summary, which it prints after the
+    build directory is in place, so the build stops there, after its last pass, every time."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"\n" * 65536)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    return r, w
+
+
+def _drain(fd: int) -> None:
+    os.set_blocking(fd, False)
+    try:
+        while os.read(fd, 1 << 20):
+            pass
+    except BlockingIOError:
+        pass
+
+
+@pytest.mark.parametrize("moment", ["last-pass-done", "summary"])
+def test_sigterm_right_after_the_last_pass_is_a_clean_130(digits_project, tmp_path, moment):
+    """SIGTERM after the build's passes: at the last pass's progress line (the manifest and the
+    build directory being written, Paddle loaded), or once manifest.json is in place and the
+    summary is being printed (stdout is a full pipe, so the build cannot finish first). Exit 130
+    with one line, no edgeforge-build-* / edgeforge-native-* temporary directory left, and the
+    build directory either absent or whole (its manifest read back, its artifact's digest
+    matching), never half-written."""
+    import json
+
+    from edgeforge.cache import sha256_file
+
+    proj = copy_project(digits_project, tmp_path / "proj")
+    tmp, out_dir = tmp_path / "tmp", tmp_path / "out"
+    tmp.mkdir()
+    exe = Path(sys.executable).with_name("edgeforge")
+    env = dict(os.environ, TMPDIR=str(tmp), EDGEFORGE_CACHE=str(tmp_path / "cache"))
+    r, w = _full_pipe()
+    try:
+        proc = subprocess.Popen([str(exe), "build", str(proj), "--target", "linux-x86", "--precision", "fp32",
+                                 "--out", str(out_dir)], env=env, text=True, stdout=w, stderr=subprocess.PIPE)
+    finally:
+        os.close(w)
+    seen: list[str] = []
+    try:
+        if moment == "last-pass-done":        # the progress line of verify, the last pass, done
+            for line in proc.stderr:
+                seen.append(line)
+                if line.startswith("verify") and "(" in line:
+                    break
+        else:
+            deadline = time.monotonic() + 600
+            while not (out_dir / "manifest.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)                   # into the summary's write, blocked on the full pipe
+        assert proc.poll() is None, "".join(seen) + proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            _drain(r)                         # the summary's bytes may come now: let them through
+            time.sleep(0.05)
+        err = "".join(seen) + proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(r)
+    assert proc.returncode == 130, err[-3000:]
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert errors == ["error: interrupted (SIGTERM)"], err[-3000:]
+    assert "FatalError" not in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp.iterdir()) == []
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(("out.", ".out", "out-"))]
+    assert leftovers == [], leftovers
+    if moment == "summary":
+        assert out_dir.exists()
+    if out_dir.exists():
+        m = json.loads((out_dir / "manifest.json").read_text())
+        assert sha256_file(out_dir / m["artifact"]["path"]) == m["artifact"]["sha256"]

@@ -77,3 +77,44 @@ def test_a_coordinator_that_does_not_answer_fails_only_the_labs_devices(cli, rpi
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 4 and len(errors) == 1, err
     assert f"labgrid coordinator {lab.address} does not answer" in errors[0], errors
+
+
+def test_deploy_and_rollback_all_with_the_coordinator_down_act_on_the_static_devices(cli, rpi4_lab, builds,
+                                                                                       tmp_path):
+    """docs/lab.md: a coordinator that does not answer fails only the lab's devices. `deploy
+    --devices all` and `rollback --devices all` switch the static device and list the lab as one
+    failed entry naming the coordinator's address, exit 4 (rollback used to stop whole)."""
+    from device.test_deploy import _doc, make_variant
+
+    fleet, lab, inv = rpi4_lab
+    static = fleet.sshds[0].device(name="static", workdir=str(fleet.root / "workdirs" / "static"))
+    inv.write_text(inv.read_text() + "\n" + render_device_toml(static))
+    v2 = make_variant(builds.onnx, tmp_path / "v2", _doc("digits v2"))
+    results = tmp_path / "records"
+    lab.stop_coordinator()
+    current = fleet.root / "workdirs" / "static" / "deploy" / "digits" / "current"
+    for build in (builds.onnx, v2):
+        code, out, err = cli("deploy", build, "--devices", "all", "--inventory", inv, "--results", results,
+                             "--json", "-q")
+        assert code == 4, err + out
+        entries = {e["device"]: e for e in json.loads(out)["devices"]}
+        assert entries["static"]["status"] == "deployed", entries
+        assert entries["labgrid"]["status"] == "failed" and lab.address in entries["labgrid"]["error"], entries
+        errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and lab.address in errors[0] and "does not answer" in errors[0], err
+    deployed = current.resolve().name
+    code, out, err = cli("rollback", "digits", "--devices", "all", "--inventory", inv, "--results", results,
+                         "--json", "-q")
+    assert code == 4, err + out
+    entries = {e["device"]: e for e in json.loads(out)["devices"]}
+    assert entries["static"]["status"] == "rolled back", entries
+    assert entries["labgrid"]["status"] == "failed" and lab.address in entries["labgrid"]["error"], entries
+    assert current.resolve().name != deployed
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and f"labgrid coordinator {lab.address} does not answer" in errors[0], err
+    assert sorted(json.loads(p.read_text())["action"] for p in results.glob("*.json")) == [
+        "deploy", "deploy", "rollback"]
+    code, out, err = cli("rollback", "digits", "--devices", "board=rpi4", "--inventory", inv, "--results", results,
+                         "-q")
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 4 and len(errors) == 1 and lab.address in errors[0], err

@@ -125,7 +125,7 @@ def plan(build_dirs, selector: str | None, inventory=None, where: dict | None = 
     devices = select_where(inv, where) if where else select_devices(inv, selector, lab_down_ok=True)
     if where:
         selector = "--where " + " ".join(f"{k}={v}" for k, v in where.items())
-    lab_run = _lab_down(inv, selector) if not where else None
+    lab_run = lab_down(inv, selector) if not where else None
     for p, m in builds:
         if lab_run is None and not any(d.target == m["target"] for d in devices):
             have = ", ".join(sorted({d.target for d in devices}))
@@ -141,7 +141,7 @@ def plan(build_dirs, selector: str | None, inventory=None, where: dict | None = 
     return inv, runs + ([lab_run] if lab_run is not None else [])
 
 
-def _lab_down(inv, selector: str | None) -> DeviceRun | None:
+def lab_down(inv, selector: str | None) -> DeviceRun | None:
     """``--devices all`` with a ``[labgrid]`` coordinator that does not answer: the lab's devices
     are unknown, so they fail together as one entry naming the coordinator (exit 4), beside the
     static devices that run (docs/lab.md). None otherwise (a named item of the lab that is not

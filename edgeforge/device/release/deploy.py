@@ -111,7 +111,9 @@ def deploy(build_dir, devices: str, opts: BenchOptions | None = None, spec: Depl
     inv, runs = plan([build_dir], devices, opts.inventory)
     pairs = [(r.device, DeviceEntry(device=r.name, target=r.device.target)) for r in runs]
     for (_dev, entry), r in zip(pairs, runs):
-        if not r.jobs:
+        if r.status == "failed":           # the lab's coordinator does not answer: its devices fail
+            entry.status, entry.error, entry.hint, entry.exit_code = "failed", r.error, r.hint, 4
+        elif not r.jobs:
             entry.status, entry.notes = "not deployed", [r.note]
     todo = [(d, e) for d, e in pairs if e.status == "pending"]
     if canary and canary >= len(todo):
@@ -213,16 +215,21 @@ def _revert(dev: Device, name: str, opts: BenchOptions, e: DeviceEntry, why: str
 def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: str | None = None,
              reason: str | None = None, on_step: Step | None = None):
     """Switch NAME back on the selected devices: to the release before current, or to ``to``."""
-    from ..measure.fleet import new_id
+    from ..measure.fleet import lab_down, new_id
 
     opts = opts or BenchOptions()
     check_name(name)
     if to is not None:
         check_id(to)
     inv = load_inventory(opts.inventory)
-    pairs = [(d, DeviceEntry(device=d.name, target=d.target, role="device")) for d in select_devices(inv, devices)]
+    pairs = [(d, DeviceEntry(device=d.name, target=d.target, role="device"))
+             for d in select_devices(inv, devices, lab_down_ok=True)]
     record = new_record("rollback", new_id("rollback"), name)
     record.devices = [e for _, e in pairs]
+    lab = lab_down(inv, devices)           # `--devices all`, the coordinator gone: the lab fails, the rest go on
+    if lab is not None:
+        record.devices.append(DeviceEntry(device=lab.name, target=lab.device.target, role="device", status="failed",
+                                          error=lab.error, hint=lab.hint, exit_code=4))
     sw = Switch(to, reason or (f"rollback to {to}" if to else "rollback"))
 
     with StopRequest() as stop:
