@@ -207,3 +207,41 @@ def test_run_refuses_a_device_of_another_target(cli, lab, builds):
 def test_bench_refuses_a_build_for_another_target(cli, lab, builds):
     code, _, err = _bench(cli, lab, builds.onnx, inventory=lab.inventory(target="rpi4"))
     assert code == 2 and "rpi4" in err and "linux-x86" in err
+
+
+def test_results_directory_keeps_every_file_of_the_users(cli, lab, builds, tmp_path):
+    """`bench --results DIR` follows build --out's rule: it replaces nothing edgeforge did not
+    write. The user's files there, a symlink, and files holding the very name the result would
+    take (one for every second of the next 15 minutes) are left as they were: the result takes
+    the next free name. `--results FILE` (a file of the user's) is exit 2, the file unchanged."""
+    import datetime as dt
+    import json
+
+    m = json.loads((builds.onnx / "manifest.json").read_text())
+    a = m["artifact"]
+    lab.results.mkdir(parents=True)
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"mine": true}\n')
+    (lab.results / "notes.json").write_text('{"notes": 1}\n')
+    (lab.results / "link.json").symlink_to(outside)
+    now = dt.datetime.now(dt.timezone.utc)
+    taken = []
+    for s in range(900):
+        ts = (now + dt.timedelta(seconds=s)).strftime("%Y%m%dT%H%M%SZ")
+        p = lab.results / f"{ts}-local-{m['name']}-{m['target']}-{m['backend']}-{m['precision']}-{a['sha256'][:8]}.json"
+        p.write_text(f'{{"second": {s}}}\n')
+        taken.append(p)
+    before = {p.name: p.read_bytes() for p in lab.results.iterdir()}
+    code, out, err = _bench(cli, lab, builds.onnx, "--runs", "3", "--warmups", "0")
+    assert code == 0, err
+    after = {p.name: p.read_bytes() for p in lab.results.iterdir()}
+    assert {k: after[k] for k in before} == before and outside.read_text() == '{"mine": true}\n'
+    [new] = sorted(set(after) - set(before))
+    assert new.endswith("-2.json") and new[:-len("-2.json")] + ".json" in before, new
+    assert read_result(lab.results / new)["status"] == "ok"
+    thesis = tmp_path / "thesis.pdf"
+    thesis.write_bytes(b"%PDF-1.7 precious")
+    code, _, err = cli("bench", builds.onnx, "--device", "local", "--inventory", lab.inventory(),
+                       "--results", thesis, "--runs", "3")
+    assert code == 2 and str(thesis) in err and "Traceback" not in err, err
+    assert thesis.read_bytes() == b"%PDF-1.7 precious"

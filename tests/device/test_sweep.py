@@ -60,3 +60,26 @@ def test_sweep_grid_helpers():
         parse_list("1,x", int, "thread count")
     with pytest.raises(ConfigError):
         parse_list("0", int, "thread count")
+
+
+def test_sweep_out_replaces_only_builds_and_checks_every_one_before_building(cli, lab, builds, tmp_path):
+    """`sweep --out DIR` follows build --out's rule for each precision's build directory, all of
+    them checked before the first build: a directory of the user's where the INT8 build would go
+    is exit 2 naming it, with nothing built (no fp32 directory) and nothing measured."""
+    out = tmp_path / "b"
+    mine = out / "digits-linux-x86-onnx-int8"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("a week of notes\n")
+    args = ["--target", "linux-x86", "--device", "local", "--inventory", lab.inventory(),
+            "--results", lab.results, "--threads", "1", "--runs", "3", "--warmups", "0", "-q"]
+    code, out_, err = cli("sweep", builds.project, *args, "--out", out)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and len(errors) == 1, err + out_
+    assert f"--out {mine} exists and is a directory, not an edgeforge build" in errors[0], errors
+    assert sorted(p.name for p in out.iterdir()) == [mine.name] and (mine / "notes.txt").read_text() == "a week of notes\n"
+    assert lab.result_files() == []
+    thesis = tmp_path / "thesis.pdf"           # --out itself a file of the user's
+    thesis.write_bytes(b"%PDF-1.7 precious")
+    code, _, err = cli("sweep", builds.project, *args, "--out", thesis)
+    assert code == 2 and str(thesis) in err and "Traceback" not in err, err
+    assert thesis.read_bytes() == b"%PDF-1.7 precious" and lab.result_files() == []

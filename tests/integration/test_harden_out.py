@@ -100,3 +100,20 @@ def test_build_respects_the_umask_and_replaces_only_a_build(project, tmp_path):
     again = run_cli("build", str(project), "--target", "jetson-orin", "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert not (out / "stale.txt").exists() and _siblings(out) == []
+
+
+@pytest.mark.parametrize("kind", ["directory", "file"])
+def test_precision_auto_refuses_a_foreign_out_before_building_the_candidates(project, tmp_path, kind):
+    """`build --precision auto` builds its candidates in a temporary directory and then the
+    chosen one into --out: the rule of --out is checked first, not after minutes of builds."""
+    out = tmp_path / "mine"
+    if kind == "directory":
+        out.mkdir()
+        (out / "notes.txt").write_text("a week of notes\n")
+    else:
+        out.write_text("a week of notes\n")
+    before = _snapshot(out)
+    res = run_cli("build", str(project), "--target", "linux-x86", "--precision", "auto", "--out", str(out))
+    assert_clean_failure(res, 2, f"--out {out} exists and is a {kind}, not an edgeforge build")
+    assert _snapshot(out) == before and _siblings(out) == []
+    assert "precision auto: building" not in res.stdout + res.stderr

@@ -123,7 +123,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
     precisions, threads, power_modes = axes.precisions, axes.threads, axes.power_modes
     backend, health = build.backend, bench.health
     on_step = on_step or (lambda step, msg: None)
-    inv = load_inventory(bench.inventory)
+    inv = load_inventory(bench.connection.inventory)
     dev = inv.get(device)
     if dev.target != target:
         raise ConfigError(f"device {dev.name} is a {dev.target}, not a {target}", hint=f"use --target {dev.target}")
@@ -148,7 +148,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
         if entry:
             raise Unhealthy(dev.name, f"skipped: {skip_note(dev.name, entry)}")
 
-    builds: dict[str, Path] = {}
+    planned: dict[str, Path | None] = {}
     for prec in precisions:
         try:
             api.resolve_precision(profile, backend, prec)
@@ -157,9 +157,15 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
                 raise
             outcome.notes.append(f"{prec} skipped: {exc.one_line()}")
             continue
+        planned[prec] = (Path(out) / f"{name}-{target}-{backend}-{prec}") if out else None
+    for dest in planned.values():       # build --out's rule for every build, before the first one runs
+        if dest is not None:
+            api.check_out_dir(dest)
+    builds: dict[str, Path] = {}
+    for prec, dest in planned.items():
         on_step("build", f"{name} {target} {backend} {prec}")
         res = api.build(project, target, build.model_copy(update={"backend": backend, "precision": prec}),
-                        out=(Path(out) / f"{name}-{target}-{backend}-{prec}") if out else None,
+                        out=dest,
                         on_event=lambda n, phase, info: on_step("build", f"{prec}: {n} {phase}"),  # noqa: B023
                         log=lambda msg: on_step("build", f"{prec}: {msg}"))  # noqa: B023 - used in this call
         if res.verify_status == "failed":

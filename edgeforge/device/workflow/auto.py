@@ -58,6 +58,7 @@ def _plan(project, target: str, build: BuildOptions | None, out):
     backend = build.backend or profile.backend.default
     proj = load_project(project)
     dest = Path(out) if out else api.default_out_dir(proj, profile, backend, profile.precision_for(backend))
+    api.check_out_dir(dest)             # build --out's rule, before the candidates are built
     return build.model_copy(update={"backend": backend}), profile, backend, dest
 
 
