@@ -81,7 +81,7 @@ def bench_twice(sshd, work: Path, build_dir: Path, runs: int) -> list[dict]:
     out = []
     for _ in range(2):
         t0 = time.perf_counter()
-        o = bench(build_dir, "local", BenchOptions(inventory=str(inv), results_dir=str(work / "results"), runs=runs))
+        o = bench(build_dir, "local", BenchOptions.of(inventory=str(inv), results_dir=str(work / "results"), runs=runs))
         out.append(dict(o.result, wall_s=time.perf_counter() - t0))
     return out
 

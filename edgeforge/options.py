@@ -3,9 +3,13 @@
 - :class:`BuildOptions`: what ``edgeforge build`` takes (each ``None`` means "the target's").
   :meth:`BuildOptions.resolve` turns it, against a target, into a :class:`ResolvedBuild`
   in which every choice is made: backend, precision, calibration, the accuracy budget.
-- :class:`BenchOptions`: what ``edgeforge bench`` takes (runs, timeouts, leases, retries,
-  where the inventory and the results are). The device-specific settings are resolved per
-  build and device by :func:`edgeforge.device.measure.bench.resolve_settings`.
+- by concern, for the verbs that reach a device: :class:`ConnectionOptions` (inventory,
+  timeouts, retries, host keys, the lease wait, and a lab place's :class:`LabOptions`),
+  :class:`MeasureOptions` (runs, warm-ups, threads, power mode, profile, end-to-end), and
+  :class:`BenchOptions`, a measuring verb's whole: a connection, a measurement, the results
+  directory and the health switch. rollback, releases, ``devices check`` and ``setup`` take a
+  ConnectionOptions only. The device-specific settings are resolved per build and device by
+  :func:`edgeforge.device.link.settings.resolve_settings`.
 
 Both are strict and frozen: an unknown option is refused, a derived one is
 ``opts.model_copy(update={...})``. ``BuildOptions.of(base, **overrides)`` is how the
@@ -13,6 +17,7 @@ keyword-style library calls (``api.build(p, t, precision="fp32")``) become one.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -21,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .config import parse_model
 from .errors import ConfigError
-from .report.gates import GATE_NAMES
+from .report.gates import GATE_NAMES, GateThresholds
 from .targets import BackendKind, CalibrationAlgo, Precision, TargetProfile
 
 PathLike = Union[str, Path]
@@ -42,15 +47,34 @@ class _Options(BaseModel):
 
     @classmethod
     def of(cls, base=None, /, **overrides):
-        """``base`` (or the defaults) with ``overrides``; an unknown name is a TypeError, as
-        for any Python call, and a bad value a one-line ConfigError."""
-        unknown = sorted(set(overrides) - set(cls.model_fields))
-        if unknown:
-            raise TypeError(f"{cls.__name__}: unexpected option(s) {', '.join(unknown)}")
+        """``base`` (or the defaults) with ``overrides``; a name of one of its parts (an
+        options field, as ``BenchOptions.connection``) goes to that part, at any depth. An
+        unknown name is a TypeError, as for any Python call, and a bad value a one-line
+        ConfigError."""
+        parts = cls._parts()
+        routed: dict[str, dict] = {}
+        for name in [n for n in overrides if n not in cls.model_fields]:
+            owner = next((p for p, pc in parts.items() if name in pc.names()), None)
+            if owner is None:
+                raise TypeError(f"{cls.__name__}: unexpected option(s) {name}")
+            routed.setdefault(owner, {})[name] = overrides.pop(name)
+        for owner, values in routed.items():
+            inner = overrides.get(owner, getattr(base, owner) if base is not None else None)
+            overrides[owner] = parts[owner].of(inner, **values)
         if base is None and not overrides:
             return cls()
-        data = base.model_dump() if base is not None else {}
+        data = {n: getattr(base, n) for n in cls.model_fields} if base is not None else {}
         return parse_model(cls, {**data, **overrides}, cls.__name__)
+
+    @classmethod
+    def _parts(cls) -> dict[str, type["_Options"]]:
+        return {n: f.annotation for n, f in cls.model_fields.items()
+                if isinstance(f.annotation, type) and issubclass(f.annotation, _Options)}
+
+    @classmethod
+    def names(cls) -> set[str]:
+        """Every name ``of`` takes: the fields and, through them, their parts' names."""
+        return set(cls.model_fields).union(*(p.names() for p in cls._parts().values()))
 
 
 class BuildOptions(_Options):
@@ -140,53 +164,85 @@ def resolve_precision(target: TargetProfile, backend: str, precision: str | None
 
 
 class GateOptions(_Options):
-    """The quality gates asked for (None: not asked), read once from the flags
-    (``edgeforge.cli._common.gate_options``) and passed down whole."""
+    """The quality gates asked for, read once from the flags
+    (``edgeforge.cli._common.gate_options``) and passed down whole: the typed thresholds
+    (:class:`~edgeforge.report.gates.GateThresholds`), ``force`` (latency gates over emulated
+    runs anyway) and the ``junit`` file. ``GateOptions.of(max_p50_ms=5)`` routes a threshold's
+    name to ``thresholds``."""
 
-    max_accuracy_drop: Optional[float] = Field(None, allow_inf_nan=False)     # points
-    max_p50_ms: Optional[float] = Field(None, allow_inf_nan=False)
-    min_int8_speedup: Optional[float] = Field(None, allow_inf_nan=False)      # x, vs fp32 of the same model
-    min_accelerated_nodes: Optional[float] = Field(None, allow_inf_nan=False)  # share 0-1, accelerating EPs
-    max_metric_drop: Optional[float] = Field(None, allow_inf_nan=False)       # points of the [task] metric
+    thresholds: GateThresholds = GateThresholds()
     force: bool = False                           # latency gates over emulated runs anyway
     junit: Optional[PathLike] = None              # also write JUnit XML here
 
+    @classmethod
+    def of(cls, base=None, /, **overrides):
+        limits = {k: overrides.pop(k) for k in [k for k in overrides if k in GATE_NAMES]}
+        if limits:
+            current = overrides.get("thresholds", base.thresholds if base is not None else GateThresholds())
+            overrides["thresholds"] = dataclasses.replace(current, **limits)
+        return super().of(base, **overrides)
+
     @property
     def requested(self) -> bool:
-        return any(v is not None for v in self.thresholds().values())
-
-    def thresholds(self) -> dict[str, Optional[float]]:
-        """The thresholds by gate name, as ``report.gates.evaluate_gates`` takes them."""
-        return {name: getattr(self, name) for name in GATE_NAMES}
+        return self.thresholds.requested
 
 
-class BenchOptions(_Options):
-    runs: Optional[int] = Field(None, gt=0, le=MAX_COUNT)  # timed runs (default: the target's)
-    warmups: Union[int, Literal["auto"], None] = None     # 'auto', a count, or the target's
-    timeout: Optional[float] = Field(None, **_SECONDS)    # seconds for the run on the device
+def _as_seconds(v):
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+class LabOptions(_Options):
+    """A lab device's place in labgrid's queue (``--priority``, ``--wait-timeout``)."""
+
+    priority: int = Field(0, ge=0, le=MAX_PRIORITY)   # the reservation's priority
+    wait_timeout: float = Field(LAB_WAIT_S, **_SECONDS)  # for the place in the queue
+
+    _seconds = field_validator("wait_timeout", mode="before")(_as_seconds)
+
+
+class ConnectionOptions(_Options):
+    """How a verb reaches a device, the same for every verb that does (one
+    :class:`edgeforge.device.link.session.Session`): the inventory, timeouts, connect retries,
+    the host-key policy, the lease wait and, for a lab device, its place in the queue. rollback,
+    releases and ``devices check``/``setup`` take this and nothing else."""
+
+    inventory: Optional[PathLike] = None
+    timeout: Optional[float] = Field(None, **_SECONDS)    # seconds for each command on the device
     connect_timeout: Optional[float] = Field(None, **_SECONDS)
-    threads: Optional[int] = Field(None, gt=0, le=MAX_THREADS)   # override the build's runtime
-    power_mode: Optional[str] = None
-    wait: float = Field(0.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)   # for a held lease
     retries: int = Field(RETRIES, ge=0, le=MAX_RETRIES)   # connects after a transient failure
     trust_new_host: bool = False
-    inventory: Optional[PathLike] = None
-    results_dir: Optional[PathLike] = None
-    health: bool = True                 # refuse unhealthy devices, count this bench
+    wait: float = Field(0.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)   # for a held lease
+    lab: LabOptions = LabOptions()
+
+    _seconds = field_validator("timeout", "connect_timeout", "wait", mode="before")(_as_seconds)
+
+
+class MeasureOptions(_Options):
+    """What a bench measures and how: runs, warm-ups, the runtime's threads and power mode, and
+    the optional per-op profile and end-to-end stage timing (None: the build's or target's)."""
+
+    runs: Optional[int] = Field(None, gt=0, le=MAX_COUNT)  # timed runs (default: the target's)
+    warmups: Union[int, Literal["auto"], None] = None     # 'auto', a count, or the target's
+    threads: Optional[int] = Field(None, gt=0, le=MAX_THREADS)   # override the build's runtime
+    power_mode: Optional[str] = None
     profile: bool = False               # per-op profile on the device (bench --profile)
     end_to_end: bool = False            # time decode, pre-process, infer, post-process (bench --end-to-end)
-    priority: int = Field(0, ge=0, le=MAX_PRIORITY)   # a lab device's reservation
-    wait_timeout: float = Field(LAB_WAIT_S, **_SECONDS)  # for a lab device's place in the queue
 
     @field_validator("warmups", mode="before")
     @classmethod
     def _warmups(cls, v):
         return None if v is None else parse_warmups(v)
 
-    @field_validator("timeout", "connect_timeout", "wait", "wait_timeout", mode="before")
-    @classmethod
-    def _seconds(cls, v):
-        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+class BenchOptions(_Options):
+    """A verb that measures on a device (bench, run, sweep, fleet, load, deploy's canaries):
+    how it connects, what it measures, where results go, and whether device health counts.
+    ``BenchOptions.of(runs=5, retries=0)`` routes each name to its part."""
+
+    connection: ConnectionOptions = ConnectionOptions()
+    measure: MeasureOptions = MeasureOptions()
+    results_dir: Optional[PathLike] = None
+    health: bool = True                 # refuse unhealthy devices, count this bench
 
 
 def parse_warmups(value) -> str | int:

@@ -10,7 +10,7 @@ import math
 import textwrap
 from pathlib import Path
 
-from ..errors import ConfigError, ExitCode, GateFailed
+from ..errors import ConfigError, GateFailed
 from ..options import (GATE_NAMES, LAB_WAIT_S, MAX_COUNT, MAX_PRIORITY, MAX_RETRIES, MAX_SECONDS, MAX_THREADS,
                        GateOptions)
 
@@ -252,14 +252,14 @@ def add_connection_flags(p, lease: bool = True) -> None:
     add_device_flags(p)
 
 
-def connection_options(args, **extra):
-    """BenchOptions of the connection flags (``add_connection_flags``) a verb took."""
-    from ..options import BenchOptions
+def connection_options(args):
+    """ConnectionOptions of the connection flags (``add_connection_flags``) a verb took."""
+    from ..options import ConnectionOptions, LabOptions
 
-    return BenchOptions.of(timeout=args.timeout, connect_timeout=args.connect_timeout,
-                           wait=getattr(args, "wait", 0.0), retries=args.retries,
-                           trust_new_host=args.trust_new_host, inventory=args.inventory,
-                           priority=args.priority, wait_timeout=args.wait_timeout, **extra)
+    return ConnectionOptions.of(timeout=args.timeout, connect_timeout=args.connect_timeout,
+                                wait=getattr(args, "wait", 0.0), retries=args.retries,
+                                trust_new_host=args.trust_new_host, inventory=args.inventory,
+                                lab=LabOptions.of(priority=args.priority, wait_timeout=args.wait_timeout))
 
 
 def add_device_flags(p) -> None:
@@ -296,10 +296,12 @@ def build_options(args, **extra):
 
 
 def bench_options(args, **extra):
-    """BenchOptions from the bench flags (``add_bench_flags``) a verb took."""
+    """BenchOptions from the bench flags (``add_bench_flags``) a verb took: the connection,
+    the measurement (``extra``: threads, power mode, profile, end-to-end), the results."""
+    from ..options import BenchOptions, MeasureOptions
 
-    return connection_options(args, runs=args.runs, warmups=args.warmups,
-                              results_dir=args.results, **extra)
+    return BenchOptions.of(connection=connection_options(args), results_dir=args.results,
+                           measure=MeasureOptions.of(runs=args.runs, warmups=args.warmups, **extra))
 
 
 # ---------------------------------------------------------------- gates
@@ -350,65 +352,42 @@ def gates_requested(args) -> bool:
 
 
 def check_gate_flags(args) -> None:
-    """Before anything runs: --junit needs a gate, thresholds must be valid."""
-    from ..report.gates import evaluate_gates
-
+    """Before anything runs: --junit needs a gate (the thresholds were checked when read)."""
     g = gate_options(args)
     if g.junit and not g.requested:
         raise ConfigError(_NEEDS_GATE)
-    evaluate_gates([], **g.thresholds())
     if g.junit:                     # a user's file there: refused before anything runs
         from ..report.junit import check_junit_path
 
         check_junit_path(g.junit)
 
 
-def enforce_gates(args, results: list[dict], reference: list[dict] = ()) -> None:
-    """Evaluate the gates given on the command line over ``results``; print them, write
-    --junit; raise GateFailed when one failed. ``reference``: earlier runs, not gated, that
-    may be the fp32 counterpart of an INT8 run."""
+def gate_verdict(args, results: list[dict], new_paths=None, *, reference: list[dict] = ()) -> GateFailed | None:
+    """The gates of a verb's flags over ``results``, one function for every verb: prints them,
+    writes --junit, and returns the failure (or None) for the verb to raise, after whatever
+    else it reports (a device failure takes precedence). ``new_paths``: the files of
+    ``results``; given, the earlier runs in the results directory may serve as the fp32
+    counterparts of INT8 runs (--min-int8-speedup), beside ``reference``."""
     g = gate_options(args)
     if not g.requested:
         if g.junit:
             raise ConfigError(_NEEDS_GATE)
-        return
+        return None
     from ..report.gates import evaluate_gates, require_passed
     from ..report.junit import write_junit
 
-    gates = evaluate_gates(results, **g.thresholds(), reference=reference, force=g.force)
+    reference = list(reference)
+    if new_paths is not None and g.thresholds.min_int8_speedup is not None:
+        reference += results_history(args, new_paths)
+    gates = evaluate_gates(results, g.thresholds, reference=reference, force=g.force)
     print_gates(gates)
     if g.junit:
         console().print(f"junit: {write_junit(gates, Path(g.junit))}")
-    require_passed(gates)
-
-
-def gate_failure(args, results: list[dict], reference: list[dict] = ()) -> GateFailed | None:
-    """``enforce_gates`` for a verb with more to report after a failed gate (a device failure
-    takes precedence): prints the gates, writes --junit, and returns the failure for the verb
-    to raise (or None)."""
     try:
-        enforce_gates(args, results, reference)
+        require_passed(gates)
     except GateFailed as exc:
         return exc
     return None
-
-
-def gate_failure_with_history(args, results: list[dict], new_paths=()) -> GateFailed | None:
-    """``gate_failure``, where earlier runs in the results directory may serve as the fp32
-    counterparts of INT8 runs (--min-int8-speedup)."""
-    reference = []
-    if gate_options(args).min_int8_speedup is not None:
-        reference = results_history(args, new_paths)
-    return gate_failure(args, results, reference=reference)
-
-
-def gate_with_history(args, results: list[dict], new_paths=()) -> ExitCode:
-    """The gates over ``results`` (``gate_failure_with_history``); a failed one is raised
-    (exit 1 through the error map), else ExitCode.OK."""
-    failure = gate_failure_with_history(args, results, new_paths)
-    if failure is not None:
-        raise failure
-    return ExitCode.OK
 
 
 def results_history(args, new_paths=()) -> list[dict]:

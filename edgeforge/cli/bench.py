@@ -26,8 +26,7 @@ from ._common import (
     check_gate_flags,
     console,
     escape,
-    gate_failure_with_history,
-    gate_with_history,
+    gate_verdict,
     numbers,
     positive_int,
     results_history,
@@ -130,6 +129,13 @@ def _bench_one(args) -> int:
                             outcome.path) from None
 
 
+def _gated(args, results: list[dict], paths) -> int:
+    failure = gate_verdict(args, results, paths)
+    if failure is not None:
+        raise failure
+    return ExitCode.OK
+
+
 def _report_one(args, outcome) -> int:
     """One bench's output (JSON, or the verdict then the result) and its gates: bench and run."""
     if args.json:
@@ -137,7 +143,7 @@ def _report_one(args, outcome) -> int:
     else:
         print_int8_verdict(outcome.result, results_history(args, [outcome.path]))
         print_bench_result(outcome.result, outcome.path)
-    return gate_with_history(args, [outcome.result], [outcome.path])
+    return _gated(args, [outcome.result], [outcome.path])
 
 
 def _bench_fleet(args) -> int:
@@ -162,7 +168,7 @@ def _bench_fleet(args) -> int:
                 print_int8_verdict(r, pool)
         print_fleet(outcome)
     results = outcome.results
-    gate = gate_failure_with_history(args, results, [j.path for r in outcome.runs for j in r.jobs])
+    gate = gate_verdict(args, results, [j.path for r in outcome.runs for j in r.jobs])
     if gate is not None and (outcome.failed or not results):
         say_error(gate.one_line())          # a device failure takes precedence: exit 4
     if outcome.failed:
@@ -211,12 +217,12 @@ def _run_auto(args) -> int:
                              bench_options(args), out=args.out, on_step=on_step)
     if args.json:
         print(json.dumps(d.result, indent=2))
-        return gate_with_history(args, [d.result], [d.path])
+        return _gated(args, [d.result], [d.path])
     if not args.quiet:
         print_build_summary(d.build.manifest, d.build.out_dir, verdict=False)
     print_bench_result(d.result, d.path)
     print_decision(d.record, d.build.out_dir)
-    return gate_with_history(args, [d.result], [d.path])
+    return _gated(args, [d.result], [d.path])
 
 
 def cmd_sweep(args) -> int:
@@ -242,7 +248,7 @@ def cmd_sweep(args) -> int:
                                      for p in outcome.points]}, indent=2))
     else:
         print_sweep(outcome)
-    gate = gate_failure_with_history(args, outcome.results, [p.path for p in outcome.points]) if outcome.results else None
+    gate = gate_verdict(args, outcome.results, [p.path for p in outcome.points]) if outcome.results else None
     if gate is not None and (outcome.error is not None or outcome.verify_failed):
         say_error(gate.one_line())          # the device error or the failed verify is the exit
     if outcome.error is not None:

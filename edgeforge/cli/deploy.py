@@ -115,7 +115,7 @@ def cmd_deploy(args) -> int:
     check_gate_flags(args)
     selector = _selector(args)
     results_dir = _results_dir(args)
-    gates = {k: v for k, v in gate_options(args).thresholds().items() if v is not None}
+    gates = gate_options(args).thresholds.asked()
     if gates and args.force:
         gates["force"] = True
     with fleet_progress(args.quiet) as on_step:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ConfigError, ExitCode
-from ._common import add_gate_arguments, console, enforce_gates, escape, gates_requested, number
+from ._common import add_gate_arguments, console, escape, gate_verdict, gates_requested, number
 from ._width import clause_wrap, drop_to_fit
 
 
@@ -48,7 +48,9 @@ def cmd_gate(args) -> int:
     if not gates_requested(args):
         raise ConfigError("no gate given: pass --gate-accuracy-drop, --max-metric-drop, --max-p50-ms "
                           "or --min-int8-speedup")
-    enforce_gates(args, [r for _, r in load_results(args.results, on_skip=_say_skipped)])
+    failure = gate_verdict(args, [r for _, r in load_results(args.results, on_skip=_say_skipped)])
+    if failure is not None:
+        raise failure
     return ExitCode.OK
 
 

@@ -15,8 +15,9 @@ fails and says why: a CI gate must not pass because the data is missing.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from ..errors import ConfigError, GateFailed
 from .figure import ACCURACY_BUDGET, METRIC_BUDGET, task_figure
@@ -25,6 +26,37 @@ from .pairing import emulated, emulated_reason, fingerprint_id, float_counterpar
 GATE_NAMES = ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "min_accelerated_nodes", "max_metric_drop")
 UNITS = {"max_accuracy_drop": " pts", "max_metric_drop": " pts", "max_p50_ms": " ms", "min_int8_speedup": "x", "min_accelerated_nodes": "",
          "min_throughput": " inf/s", "max_p99_ms": " ms"}   # the last two: edgeforge load
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """The gates asked for, by name (None: not asked), checked once when made: the drop budgets,
+    the latency and the speed-up are numbers >= 0, the accelerated share is 0 to 1. Every verb
+    that gates (bench, run, sweep, fleet, gate, deploy's canaries) evaluates one of these with
+    :func:`evaluate_gates`."""
+
+    max_accuracy_drop: float | None = None      # points of top-1
+    max_p50_ms: float | None = None
+    min_int8_speedup: float | None = None       # x, vs fp32 of the same model
+    min_accelerated_nodes: float | None = None  # share 0-1 on accelerating EPs
+    max_metric_drop: float | None = None        # points of the [task] metric
+
+    def __post_init__(self):
+        for flag in ("max_accuracy_drop", "max_p50_ms", "min_int8_speedup", "max_metric_drop"):
+            value = getattr(self, flag)
+            if value is not None and not (isinstance(value, (int, float)) and 0.0 <= value < math.inf):
+                raise ConfigError(f"{flag} must be a number >= 0, not {value}")
+        share = self.min_accelerated_nodes
+        if share is not None and not (isinstance(share, (int, float)) and 0.0 <= share <= 1.0):
+            raise ConfigError(f"min_accelerated_nodes is a share of the nodes, 0 to 1, not {share}")
+
+    @property
+    def requested(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in fields(self))
+
+    def asked(self) -> dict[str, float]:
+        """The thresholds given, by gate name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 @dataclass(frozen=True)
@@ -48,22 +80,20 @@ class GateResult:
         return asdict(self)
 
 
-def evaluate_gates(results: list[dict], max_accuracy_drop: float | None = None, max_p50_ms: float | None = None,
-                   min_int8_speedup: float | None = None, *, reference: list[dict] = (),
-                   force: bool = False, min_accelerated_nodes: float | None = None,
-                   max_metric_drop: float | None = None) -> list[GateResult]:
-    """Evaluate the gates whose threshold is given over ``results``; order: device, gate, result.
+def evaluate_gates(results: list[dict], thresholds: GateThresholds | None = None, *, reference: list[dict] = (),
+                   force: bool = False, **limits: float | None) -> list[GateResult]:
+    """Evaluate the gates of ``thresholds`` (or of ``limits``, the same by name) over ``results``;
+    order: device, gate, result.
 
     ``reference`` holds earlier runs that are not gated themselves but may serve as the fp32
     counterpart of an INT8 run (``edgeforge bench`` passes the results directory's runs).
     A latency gate over an emulated run is a ConfigError (exit 2) unless ``force``.
     """
-    for flag, value, low in (("max_accuracy_drop", max_accuracy_drop, 0.0), ("max_p50_ms", max_p50_ms, 0.0),
-                             ("min_int8_speedup", min_int8_speedup, 0.0), ("max_metric_drop", max_metric_drop, 0.0)):
-        if value is not None and not value >= low:
-            raise ConfigError(f"{flag} must be a number >= {low:g}, not {value}")
-    if min_accelerated_nodes is not None and not 0.0 <= min_accelerated_nodes <= 1.0:
-        raise ConfigError(f"min_accelerated_nodes is a share of the nodes, 0 to 1, not {min_accelerated_nodes}")
+    t = thresholds if thresholds is not None else GateThresholds(**limits)
+    if thresholds is not None and limits:
+        raise TypeError("evaluate_gates: give thresholds or named limits, not both")
+    max_accuracy_drop, max_p50_ms, min_int8_speedup = t.max_accuracy_drop, t.max_p50_ms, t.min_int8_speedup
+    min_accelerated_nodes, max_metric_drop = t.min_accelerated_nodes, t.max_metric_drop
     timed = [r for r in results if emulated(r)] if (max_p50_ms, min_int8_speedup) != (None, None) else []
     if timed and not force:
         flag = "--max-p50-ms" if max_p50_ms is not None else "--min-int8-speedup"

@@ -179,7 +179,7 @@ def test_reader_never_sees_a_missing_or_partial_file(lab, versions):
                                str(stop), good], stdout=subprocess.PIPE, text=True)
     try:
         for i in range(20):
-            rec = rollback(NAME, "local", opts, to=ids[i % 2])
+            rec = rollback(NAME, "local", opts.connection, to=ids[i % 2])
             assert rec.exit_code == 0, rec.devices[0]
     finally:
         stop.touch()

@@ -94,17 +94,17 @@ def test_a_transient_connect_failure_is_retried_by_class(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_mod.SSHTransport, "open", open_)
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     settings = bench_mod.resolve_settings(manifest, dev)
-    b = bench_mod.Bench(tmp_path / "b", dev, settings, BenchOptions(retries=2), backoff_s=0.0)
+    b = bench_mod.Bench(tmp_path / "b", dev, settings, BenchOptions.of(retries=2), backoff_s=0.0)
     b.connect()
     assert len(tries) == 3 and b.attempts == 3
     tries.clear()
-    b = bench_mod.Bench(tmp_path / "b", dev, settings, BenchOptions(retries=1), backoff_s=0.0)
+    b = bench_mod.Bench(tmp_path / "b", dev, settings, BenchOptions.of(retries=1), backoff_s=0.0)
     with pytest.raises(Unreachable, match=r"^device d: cannot reach h:22: connection refused \(after 2 tries\)"):
         b.connect()
     tries.clear()
     monkeypatch.setattr(bench_mod.SSHTransport, "open", lambda self: open_(self, fail=(AuthFailed,)))
     with pytest.raises(AuthFailed):
-        bench_mod.Bench(tmp_path / "b", dev, settings, BenchOptions(retries=5), backoff_s=0.0).connect()
+        bench_mod.Bench(tmp_path / "b", dev, settings, BenchOptions.of(retries=5), backoff_s=0.0).connect()
     assert len(tries) == 1                                  # not transient: tried once
 
 
@@ -125,9 +125,29 @@ def test_build_options_resolve_once_against_the_target():
 
 
 def test_bench_options_parse_warmups_and_refuse_bad_values():
-    assert BenchOptions.of(warmups="5").warmups == 5 and BenchOptions.of(warmups="auto").warmups == "auto"
-    assert BenchOptions().warmups is None and BenchOptions.of(timeout=3).timeout == 3.0
+    assert BenchOptions.of(warmups="5").measure.warmups == 5
+    assert BenchOptions.of(warmups="auto").measure.warmups == "auto"
+    assert BenchOptions().measure.warmups is None and BenchOptions.of(timeout=3).connection.timeout == 3.0
     with pytest.raises(ConfigError, match="--warmups"):
         BenchOptions.of(warmups="many")
     with pytest.raises(ConfigError, match="runs"):
         BenchOptions.of(runs=0)
+
+
+def test_options_by_concern():
+    """issue 48: a measuring verb's options are a connection, a measurement and a lab place,
+    each its own typed object; the flat library call routes every name to its part, and a verb
+    that only reaches a device takes a ConnectionOptions."""
+    from edgeforge.options import ConnectionOptions, LabOptions, MeasureOptions
+
+    o = BenchOptions.of(runs=3, retries=0, priority=7, inventory="d.toml", health=False, end_to_end=True)
+    assert o.measure == MeasureOptions.of(runs=3, end_to_end=True) and o.health is False
+    assert o.connection == ConnectionOptions.of(retries=0, inventory="d.toml", lab=LabOptions.of(priority=7))
+    again = BenchOptions.of(o, timeout=5, wait_timeout=9)
+    assert again.connection.timeout == 5.0 and again.connection.lab == LabOptions.of(priority=7, wait_timeout=9)
+    assert again.measure == o.measure and again.connection.retries == 0
+    assert set(ConnectionOptions.model_fields) & set(MeasureOptions.model_fields) == set()
+    with pytest.raises(TypeError, match="runs"):
+        ConnectionOptions.of(runs=3)             # not a connection's concern
+    with pytest.raises(ConfigError, match="priority"):
+        BenchOptions.of(priority=101)

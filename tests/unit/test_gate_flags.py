@@ -25,16 +25,16 @@ def test_on_verbs_that_build_max_accuracy_drop_is_the_budget_and_no_gate(verb):
     args = parse([*verb, "--max-accuracy-drop", "3"])
     assert build_options(args).max_accuracy_drop == 3.0
     g = gate_options(args)
-    assert g.max_accuracy_drop is None and not g.requested
+    assert g.thresholds.max_accuracy_drop is None and not g.requested
 
 
 @pytest.mark.parametrize("verb", [RUN, SWEEP], ids=["run", "sweep"])
 def test_on_verbs_that_build_the_gate_leaves_the_budget_alone(verb):
     args = parse([*verb, "--gate-accuracy-drop", "2"])
-    assert gate_options(args).max_accuracy_drop == 2.0
+    assert gate_options(args).thresholds.max_accuracy_drop == 2.0
     assert build_options(args).max_accuracy_drop is None       # the target's budget
     both = parse([*verb, "--gate-accuracy-drop", "2", "--max-accuracy-drop", "0.5"])
-    assert gate_options(both).max_accuracy_drop == 2.0 and build_options(both).max_accuracy_drop == 0.5
+    assert gate_options(both).thresholds.max_accuracy_drop == 2.0 and build_options(both).max_accuracy_drop == 0.5
 
 
 @pytest.mark.parametrize("spelling", ["--max-accuracy-drop", "--gate-accuracy-drop"])
@@ -42,7 +42,7 @@ def test_on_verbs_that_build_the_gate_leaves_the_budget_alone(verb):
                                   ["gate", "results"]], ids=["bench", "deploy", "gate"])
 def test_on_verbs_that_only_measure_both_spellings_are_the_gate(verb, spelling):
     args = parse([*verb, spelling, "1.5"])
-    assert gate_options(args).max_accuracy_drop == 1.5
+    assert gate_options(args).thresholds.max_accuracy_drop == 1.5
     if verb[0] != "gate":
         bench_options(args)                                     # nothing of a build there
 

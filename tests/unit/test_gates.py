@@ -9,7 +9,7 @@ import pytest
 from result_factory import ORIN, make_result
 
 from edgeforge.cli import main
-from edgeforge.cli._common import add_gate_arguments, gate_failure
+from edgeforge.cli._common import add_gate_arguments, gate_verdict
 from edgeforge.errors import ConfigError, GateFailed
 from edgeforge.report.gates import evaluate_gates
 from edgeforge.report.junit import write_junit
@@ -127,16 +127,16 @@ def test_cli_gate_without_a_gate_is_a_usage_error(tmp_path, capsys):
     assert "no gate given" in capsys.readouterr().err
 
 
-def test_gate_failure_is_reusable_by_other_verbs(capsys):
+def test_gate_verdict_is_reusable_by_other_verbs(capsys):
     p = argparse.ArgumentParser()
     add_gate_arguments(p)
-    assert gate_failure(p.parse_args([]), fleet()) is None                 # nothing asked: nothing checked
-    failed = gate_failure(p.parse_args(["--max-accuracy-drop", "1"]), fleet())
+    assert gate_verdict(p.parse_args([]), fleet()) is None                 # nothing asked: nothing checked
+    failed = gate_verdict(p.parse_args(["--max-accuracy-drop", "1"]), fleet())
     assert isinstance(failed, GateFailed) and failed.exit_code == 1
     assert [g.device for g in failed.gates] == ["orin-1"]
-    assert gate_failure(p.parse_args(["--max-accuracy-drop", "2"]), fleet()) is None
+    assert gate_verdict(p.parse_args(["--max-accuracy-drop", "2"]), fleet()) is None
     with pytest.raises(ConfigError, match="--junit needs a gate"):
-        gate_failure(p.parse_args(["--junit", "x.xml"]), fleet())
+        gate_verdict(p.parse_args(["--junit", "x.xml"]), fleet())
 
 
 def test_unnamed_results_pair_only_when_unambiguous():
@@ -161,7 +161,7 @@ def test_reference_runs_serve_as_counterparts_without_being_gated():
     assert [(g.name, g.passed) for g in gates] == [("max_p50_ms", True), ("min_int8_speedup", True)]
     p = argparse.ArgumentParser()
     add_gate_arguments(p)
-    assert gate_failure(p.parse_args(["--min-int8-speedup", "1.5"]), [int8], reference=[earlier_fp32]) is None
+    assert gate_verdict(p.parse_args(["--min-int8-speedup", "1.5"]), [int8], reference=[earlier_fp32]) is None
 
 
 def mixed_models(seg_artifact: float = 0.71) -> list[dict]:

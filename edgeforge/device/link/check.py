@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from ...errors import ConnectionLost, RunnerCrashed, RunnerTimeout, RuntimeMissing
-from ...options import BenchOptions
+from ...options import ConnectionOptions
 from ...runner import FACTS_FILE
 from ...targets import load_target
 from .settings import RUNTIME_FOR_BACKEND, arch_matches
@@ -35,11 +35,11 @@ def probe_device(tr: SSHTransport, timeout: float, benchmark_bin: str | None = N
         raise RunnerCrashed(dev.name, f"probe failed with {dev.python} (exit {r.exit_code}): {tail}") from None
 
 
-def check_device(name: str, *, inventory=None, opts: BenchOptions | None = None) -> dict:
+def check_device(name: str, *, inventory=None, opts: ConnectionOptions | None = None) -> dict:
     """Report on one device. ``matches`` says whether it can run what its target builds.
     ``opts``: the connection options (:class:`.session.Session`, no lease: the check only
     reads); ``inventory`` wins over ``opts.inventory``. Without ``opts`` one connect try."""
-    o = opts or BenchOptions(retries=0)
+    o = opts or ConnectionOptions(retries=0)
     dev = load_inventory(inventory if inventory is not None else o.inventory).get(name)
     profile = load_target(dev.target)
     connect_timeout = o.connect_timeout or profile.bench.connect_timeout_s

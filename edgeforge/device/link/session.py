@@ -4,13 +4,13 @@ a transient failure again with exponential backoff; :func:`leased` holds the dev
 deploy, fleet, sweep and load) and ``devices setup`` go through both.
 
 A device of a labgrid lab (``device.lab``) is reserved and acquired in labgrid first
-(:class:`edgeforge.lab.hold.PlaceHold`: ``opts.priority``, ``opts.wait_timeout``); closing the
+(:class:`edgeforge.lab.hold.PlaceHold`: ``opts.lab``, a :class:`~edgeforge.options.LabOptions`); closing the
 connection releases the place and cancels the reservation. The verbs know nothing of it, and
 edgeforge's own lease is still taken on the board.
 
 :class:`Session` is the two together, as every verb that reaches a device uses them (``bench``
 and through it fleet, sweep and ``load``; ``deploy``, ``rollback``, ``releases``; ``devices setup``
-and ``devices check``): one set of connection options (:class:`~edgeforge.options.BenchOptions`:
+and ``devices check``): one set of connection options (:class:`~edgeforge.options.ConnectionOptions`:
 ``connect_timeout``, ``timeout``, ``trust_new_host``, ``retries``, ``wait``), the host keys it
 recorded reported, the lease (or none, for a read-only verb) released however the work ends, a
 signal mid-acquire included. The health record around a verb's work is
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from ...errors import ConfigError, DeviceError
-from ...options import RETRIES, BenchOptions
+from ...options import RETRIES, ConnectionOptions
 from .inventory import Device
 from .lease import Lease, lease_ttl
 from .transport import SSHTransport
@@ -44,21 +44,21 @@ class HeldTransport(SSHTransport):
             self.hold.give_back()
 
 
-def hold_place(device: Device, opts: BenchOptions | None, say: Step):
+def hold_place(device: Device, opts: ConnectionOptions | None, say: Step):
     """The device's labgrid place, reserved and acquired (None for a device outside a lab)."""
     if device.lab is None:
         return None
     from ...lab.client import LabClient
     from ...lab.hold import PlaceHold, Queue
 
-    o = opts or BenchOptions()
+    lab = (opts or ConnectionOptions()).lab
     return PlaceHold(LabClient(device.lab.coordinator), device.lab.place, device.name,
-                     Queue(priority=o.priority, wait_timeout=o.wait_timeout), say).take()
+                     Queue(priority=lab.priority, wait_timeout=lab.wait_timeout), say).take()
 
 
 def connect(device: Device, *, connect_timeout: float, trust_new_host: bool = False, retries: int = RETRIES,
             backoff_s: float = BACKOFF_S, on_step: Step | None = None,
-            on_attempt: Callable[[int], None] | None = None, opts: BenchOptions | None = None) -> SSHTransport:
+            on_attempt: Callable[[int], None] | None = None, opts: ConnectionOptions | None = None) -> SSHTransport:
     """An open transport to ``device``; a transient failure is tried ``retries`` more times. A lab
     device's place is held first, until the transport is closed (``opts``: how to queue)."""
     if device.transport != "ssh":
@@ -125,7 +125,7 @@ class Timeouts:
     command_timeout_s: float
 
 
-def device_timeouts(dev: Device, opts: BenchOptions) -> Timeouts:
+def device_timeouts(dev: Device, opts: ConnectionOptions) -> Timeouts:
     """Timeouts for a verb without a build (rollback, releases, devices check and setup): the
     flags, else the device's target's bench defaults (10 s, 600 s for a target not known)."""
     from ...targets import load_target
@@ -146,10 +146,10 @@ class Session:
     the last :meth:`connect`. :meth:`connect` alone opens another transport with the same
     options (a deploy reads the device back on a new connection after a lost one)."""
 
-    def __init__(self, device: Device, opts: BenchOptions | None, *, connect_timeout_s: float,
+    def __init__(self, device: Device, opts: ConnectionOptions | None, *, connect_timeout_s: float,
                  command_timeout_s: float, what: str = "", lease: bool = True,
                  on_step: Step | None = None, backoff_s: float = BACKOFF_S):
-        self.device, self.opts = device, opts or BenchOptions()
+        self.device, self.opts = device, opts or ConnectionOptions()
         self.connect_timeout_s, self.command_timeout_s = float(connect_timeout_s), float(command_timeout_s)
         self.what, self.take_lease, self.backoff_s = what, lease, float(backoff_s)
         self.on_step = on_step or (lambda step, msg: None)

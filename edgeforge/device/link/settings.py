@@ -45,8 +45,9 @@ def resolve_settings(manifest: dict, device: Device, opts: BenchOptions | None =
     """Bench settings: the options given, else the build's target profile. ``threads`` and
     ``power_mode`` override the build's runtime settings for this run (a sweep point)."""
     o = opts or BenchOptions()
-    runs, warmups, timeout, connect_timeout = o.runs, o.warmups, o.timeout, o.connect_timeout
-    threads, power_mode = o.threads, o.power_mode
+    m, c = o.measure, o.connection
+    runs, warmups, timeout, connect_timeout = m.runs, m.warmups, c.timeout, c.connect_timeout
+    threads, power_mode = m.threads, m.power_mode
     bench = dict((manifest.get("target_profile") or {}).get("bench") or {})
     rt = manifest.get("runtime") or {}
     runner = bench.get("runner", "python")
@@ -71,9 +72,9 @@ def resolve_settings(manifest: dict, device: Device, opts: BenchOptions | None =
     return settings
 
 
-def results_dir_of(opts: BenchOptions) -> Path:
+def results_dir_of(opts: BenchOptions | None) -> Path:
     """Where results go: ``--results``, else ``$EDGEFORGE_RESULTS``, else ``results/``."""
-    return Path(opts.results_dir or os.environ.get("EDGEFORGE_RESULTS", "results"))
+    return Path((opts.results_dir if opts is not None else None) or os.environ.get("EDGEFORGE_RESULTS", "results"))
 
 
 def check_results_dir(path: Path, create: bool = True) -> None:

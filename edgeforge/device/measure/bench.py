@@ -88,8 +88,8 @@ class Bench:
         self.opts = opts
         from ...api import read_manifest
 
-        self.wait_s = opts.wait
-        self.retries = opts.retries
+        self.wait_s = opts.connection.wait
+        self.retries = opts.connection.retries
         self.backoff_s = float(backoff_s)
         self.tags = dict(tags or {})      # top-level keys added to the result (e.g. fleet, sweep)
         self.lease: Lease | None = None
@@ -100,7 +100,7 @@ class Bench:
         validate_build(self.build_dir, self.manifest)
         self.device = device
         self.settings = settings
-        self.trust_new_host = opts.trust_new_host
+        self.trust_new_host = opts.connection.trust_new_host
         self.results_dir = results_dir_of(opts)
         self.on_step = on_step or (lambda step, msg: None)
         self.partial = Partial()
@@ -125,7 +125,7 @@ class Bench:
     def prepare(self, tr: SSHTransport, digests: dict[str, str]) -> dict:
         info = sync.prepare(tr, self.manifest, self.settings, digests,
                             self.remote_subdir or self.manifest["artifact"]["sha256"],
-                            extra_modules=("PIL",) if self.opts.end_to_end else ())
+                            extra_modules=("PIL",) if self.opts.measure.end_to_end else ())
         self.remote_dir = info["dir"]
         self.held_info = info
         return info
@@ -148,8 +148,8 @@ class Bench:
                 "deadline_s": s.command_timeout_s + DEADLINE_GRACE_S, "drift": True,
                 "return_outputs": wants_outputs(m), "reduce": reduce_spec(m),
                 "postprocess": (((m.get("verify") or {}).get("task") or {}).get("settings") or {}).get("postprocess"),
-                "end_to_end": e2e_spec(self.build_dir, m, s.runs) if self.opts.end_to_end else None,
-                "profile": self.opts.profile,
+                "end_to_end": e2e_spec(self.build_dir, m, s.runs) if self.opts.measure.end_to_end else None,
+                "profile": self.opts.measure.profile,
                 "lease": ({"dir": posixpath.join(posixpath.dirname(self.remote_dir), ".lease"), "token": self.lease.token}
                           if self.lease is not None and self.remote_dir else None)}
 
@@ -162,7 +162,7 @@ class Bench:
                "runtime": f"{ev.get('name')} {ev.get('version')}: timing "
                           f"({self.settings.warmups} warmups, {self.settings.runs} runs)",
                "latency": "end to end: decode, pre-process, infer, post-process per image"
-                          if self.opts.end_to_end else "evaluation set: accuracy drift",
+                          if self.opts.measure.end_to_end else "evaluation set: accuracy drift",
                "end_to_end": "evaluation set: accuracy drift", "done": "done"}.get(name)
         if msg:
             self.on_step("run", msg)
@@ -327,7 +327,7 @@ class Bench:
         """The device session of this run (:class:`.session.Session`): connect with retries,
         the lease for the command timeout."""
         what = f"edgeforge {self.command} {self.manifest.get('name') or 'model'}@{self.manifest['artifact']['sha256'][:12]}"
-        return Session(self.device, self.opts, connect_timeout_s=self.settings.connect_timeout_s,
+        return Session(self.device, self.opts.connection, connect_timeout_s=self.settings.connect_timeout_s,
                        command_timeout_s=self.settings.command_timeout_s, what=what, on_step=self.on_step,
                        backoff_s=self.backoff_s)
 
@@ -343,7 +343,7 @@ class Bench:
     def run(self) -> BenchOutcome:
         check_results_dir(self.results_dir)
         files = build_files(self.build_dir, self.manifest)
-        if self.opts.end_to_end:
+        if self.opts.measure.end_to_end:
             pipeline_of(self.build_dir)
             files.update(e2e_files(self.build_dir, self.manifest))
         digests = self.local_digests(files)

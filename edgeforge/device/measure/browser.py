@@ -183,7 +183,7 @@ class BrowserBench(Bench):
             return
 
     def run(self) -> BenchOutcome:
-        for flag, on in (("--end-to-end", self.opts.end_to_end), ("--profile", self.opts.profile)):
+        for flag, on in (("--end-to-end", self.opts.measure.end_to_end), ("--profile", self.opts.measure.profile)):
             if on:
                 raise ConfigError(f"{flag} runs the device runner's Python stages; {self.device.name} is a browser",
                                   hint="bench it without the flag, or on an SSH device")

@@ -163,7 +163,7 @@ def fleet_bench(build_dirs, devices: str, opts: BenchOptions | None = None, *,
     opts = opts or BenchOptions()
     health = opts.health
     on_step = on_step or (lambda dev, step, msg: None)
-    inv, device_runs = plan(build_dirs, devices, opts.inventory, where)
+    inv, device_runs = plan(build_dirs, devices, opts.connection.inventory, where)
     check_results_dir(results_dir_of(opts))      # before any device measures anything
     fid = new_id("fleet")
     store = HealthStore(inv.path, unhealthy_after)

@@ -241,7 +241,7 @@ def load(build_dir, device: str, plan: LoadPlan, opts: BenchOptions | None = Non
 
     opts = opts or BenchOptions()
     manifest = read_manifest(build_dir)
-    inv = load_inventory(opts.inventory)
+    inv = load_inventory(opts.connection.inventory)
     dev = inv.get(device)
     settings = resolve_settings(manifest, dev, opts)
     settings.runner, settings.benchmark_bin = "python", None       # load needs the Python runtime

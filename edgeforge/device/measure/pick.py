@@ -39,7 +39,7 @@ def bench(build_dir, device: str, opts: BenchOptions | None = None, *,
     opts = opts or BenchOptions()
     manifest = read_manifest(build_dir)
     validate_build(Path(build_dir), manifest)
-    inv = load_inventory(opts.inventory)
+    inv = load_inventory(opts.connection.inventory)
     dev = inv.get(device)
     b = bench_class(dev)(build_dir, dev, resolve_settings(manifest, dev, opts), opts, on_step=on_step,
                          tags=tags)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ...cache import default_cache_dir, sha256_file
 from ...errors import ConfigError, DeviceError
-from ...options import BenchOptions
+from ...options import ConnectionOptions
 from ...runner import remote
 from ...targets import load_target
 from ..link.inventory import Device, load_inventory
@@ -188,13 +188,13 @@ def _marked(r, prefix: str, dev: Device, doing: str) -> dict:
 
 
 def setup_device(name: str, *, inventory=None, packages: list[str] | None = None, cache: Path | None = None,
-                 update_inventory: bool = True, opts: BenchOptions | None = None, on_step=None) -> SetupResult:
+                 update_inventory: bool = True, opts: ConnectionOptions | None = None, on_step=None) -> SetupResult:
     """Install the target's runtime into ``<workdir>/env`` on device ``name`` (see the module doc).
-    ``opts`` are bench's connection options: it reaches the device as bench does
+    ``opts``: the connection options (as bench's): it reaches the device as bench does
     (:class:`.session.Session`: ``connect_timeout``, default 60 s, ``retries``,
     ``trust_new_host``) and works under the device's lease (a holder is waited for ``wait`` seconds, else
     :class:`~edgeforge.errors.Busy`); ``timeout`` (default 600 s) bounds each command."""
-    o = opts or BenchOptions()
+    o = opts or ConnectionOptions()
     timeout = o.timeout if o.timeout is not None else 600.0
     say = on_step or (lambda step, msg: None)
     inv = load_inventory(inventory)

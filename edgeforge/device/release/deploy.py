@@ -13,7 +13,7 @@ from pathlib import Path
 from ...errors import (Busy, ConfigError, EdgeforgeError, GateFailed, HealthCheckFailed, Interrupted, SmokeFailed,
                       Unhealthy)
 from ...manifest import read_manifest
-from ...options import BenchOptions
+from ...options import BenchOptions, ConnectionOptions
 from ...results.deploy import DeviceEntry, new_record
 from ..measure.bench import Bench, guarded, resolve_settings
 from .deploy_device import KEEP, Deployer, DeploySpec, Step, Switch, detail, release_files, switch_device
@@ -28,18 +28,20 @@ __all__ = ["KEEP", "DeploySpec", "Switch", "Deployer", "deploy", "rollback", "li
            "switch_device"]
 
 
-def list_releases(name: str, device: str, opts: BenchOptions | None = None):
+def list_releases(name: str, device: str, opts: ConnectionOptions | None = None, results_dir=None):
     """(device, State) of NAME on DEVICE: read-only, no lease (the script takes the flock).
-    ``State.record_note``: the newest record of NAME in the results directory that did not read
-    this device back, when the device says otherwise."""
-    opts = opts or BenchOptions()
+    ``State.record_note``: the newest record of NAME in the results directory (``results_dir``,
+    else $EDGEFORGE_RESULTS or results/) that did not read this device back, when the device
+    says otherwise."""
+    opts = opts or ConnectionOptions()
     check_name(name)
     dev = load_inventory(opts.inventory).get(device)
     t = device_timeouts(dev, opts)
     with Session(dev, opts, connect_timeout_s=t.connect_timeout_s, command_timeout_s=t.command_timeout_s,
                  lease=False) as ses:
         st = Releases(ses.tr, name, t.command_timeout_s).state()
-    st.record_note = last_record_note(results_dir_of(opts), name, dev.name, st.current)
+    st.record_note = last_record_note(Path(results_dir) if results_dir else results_dir_of(None), name, dev.name,
+                                      st.current)
     return dev, st
 
 
@@ -78,11 +80,11 @@ def _parallel(work, entries, jobs=None) -> None:
                 f.result()
 
 
-def _guarded_each(inv_path, opts: BenchOptions, store: HealthStore, fn):
+def _guarded_each(inv_path, health: bool, store: HealthStore, fn):
     def work(pair):
         dev, entry = pair
         try:
-            guarded(inv_path, dev.name, lambda: fn(dev, entry), enabled=opts.health, store=store)
+            guarded(inv_path, dev.name, lambda: fn(dev, entry), enabled=health, store=store)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -108,7 +110,7 @@ def deploy(build_dir, devices: str, opts: BenchOptions | None = None, spec: Depl
     name = check_name(name or manifest.get("name") or "model", NAME_HINT_DEPLOY)
     if keep < 1:
         raise ConfigError("--keep must be >= 1")
-    inv, runs = plan([build_dir], devices, opts.inventory)
+    inv, runs = plan([build_dir], devices, opts.connection.inventory)
     pairs = [(r.device, DeviceEntry(device=r.name, target=r.device.target)) for r in runs]
     for (_dev, entry), r in zip(pairs, runs):
         if r.status == "failed":           # the lab's coordinator does not answer: its devices fail
@@ -140,7 +142,7 @@ def _fleet(dep: Deployer, inv, store, todo, record, jobs) -> None:
     first, rest = (todo[:canary], todo[canary:]) if canary else (todo, [])
     for _, e in first:
         e.role = "canary" if canary else "device"
-    _parallel(_guarded_each(inv.path, opts, store, dep), first, jobs)
+    _parallel(_guarded_each(inv.path, opts.health, store, dep), first, jobs)
     if canary and dep.stop.requested:
         for _, e in rest:
             e.role, e.status, e.notes = "rest", "not deployed", [f"interrupted ({dep.stop.signal_name})"]
@@ -155,13 +157,13 @@ def _fleet(dep: Deployer, inv, store, todo, record, jobs) -> None:
         else:
             for _, e in rest:
                 e.role = "rest"
-            _parallel(_guarded_each(inv.path, opts, store, dep), rest, jobs)
+            _parallel(_guarded_each(inv.path, opts.health, store, dep), rest, jobs)
 
 
 def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record, on_step) -> str | None:
     """Bench the canaries that were deployed (through ``current``) and gate them; the reason
     they failed, or None."""
-    from ...report.gates import evaluate_gates
+    from ...report.gates import GateThresholds, evaluate_gates
 
     failed = [e for _, e in canaries if e.status != "deployed"]
     if failed:
@@ -187,7 +189,9 @@ def _canary_verdict(build_dir, canaries, opts: BenchOptions, gates: dict, record
         from ...report.load import earlier_results
 
         reference = earlier_results(results_dir_of(opts), [e.bench_result for _, e in canaries])
-    verdicts = evaluate_gates(results, **gates, reference=reference) if gates else []
+    limits = {k: v for k, v in gates.items() if k != "force"}
+    verdicts = (evaluate_gates(results, GateThresholds(**limits), reference=reference, force=bool(gates.get("force")))
+                if limits else [])
     for _, e in canaries:
         e.gates = [g.to_dict() for g in verdicts if g.device == e.device]
     bad = [g for g in verdicts if not g.passed]
@@ -202,7 +206,7 @@ def _revert(dev: Device, name: str, opts: BenchOptions, e: DeviceEntry, why: str
     """Switch a canary back to the release it ran before (or to none)."""
     status, back = e.status, DeviceEntry(device=e.device, target=e.target)
     try:
-        switch_device(dev, name, opts, back, Switch(e.from_, f"canary failed: {why}", "canary-revert", e.release),
+        switch_device(dev, name, opts.connection, back, Switch(e.from_, f"canary failed: {why}", "canary-revert", e.release),
                       on_step)
         e.current = back.current
         e.status = status if status in ("gate failed", "failed") else "reverted"
@@ -212,12 +216,12 @@ def _revert(dev: Device, name: str, opts: BenchOptions, e: DeviceEntry, why: str
         e.notes.append(f"could not switch back: {detail(exc)}")
 
 
-def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: str | None = None,
+def rollback(name: str, devices: str, opts: ConnectionOptions | None = None, *, to: str | None = None,
              reason: str | None = None, on_step: Step | None = None):
     """Switch NAME back on the selected devices: to the release before current, or to ``to``."""
     from ..measure.fleet import lab_down, new_id
 
-    opts = opts or BenchOptions()
+    opts = opts or ConnectionOptions()
     check_name(name)
     if to is not None:
         check_id(to)
@@ -236,6 +240,5 @@ def rollback(name: str, devices: str, opts: BenchOptions | None = None, *, to: s
         def work(dev, e):
             return switch_device(dev, name, opts, e, sw, on_step or (lambda d, s, m: None), stop)
 
-        _parallel(_guarded_each(inv.path, opts.model_copy(update={"health": False}), HealthStore(inv.path), work),
-                  pairs)
+        _parallel(_guarded_each(inv.path, False, HealthStore(inv.path), work), pairs)
     return record

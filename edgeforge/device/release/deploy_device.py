@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ConfigError, ConnectionLost, EdgeforgeError, HealthCheckFailed, ReleaseRefused
-from ...options import BenchOptions
+from ...options import BenchOptions, ConnectionOptions
 from ...results.deploy import DeviceEntry
 from ..link import sync
 from .deploy_safety import DeployStopped, StopRequest, last_record_note, outcome, pause_at, read_back, settle
@@ -78,7 +78,7 @@ def release_files(build_dir: Path, manifest: dict) -> dict[str, Path]:
     return files
 
 
-def session(dev: Device, opts: BenchOptions, timeouts, what: str, on_step) -> Session:
+def session(dev: Device, opts: ConnectionOptions, timeouts, what: str, on_step) -> Session:
     """The device session of a deploy or a switch (:class:`.session.Session`: connect with
     retries, the lease for the command timeout)."""
     return Session(dev, opts, connect_timeout_s=timeouts.connect_timeout_s,
@@ -154,7 +154,7 @@ class Deployer:
         files = release_files(self.build_dir, self.manifest)
         ship = Shipment(files, sync.local_digests(self.build_dir, self.manifest, files), settings, step)
         sha = self.manifest["artifact"]["sha256"]
-        ses = session(dev, self.opts, settings, f"edgeforge deploy {self.name}@{sha[:12]}", step)
+        ses = session(dev, self.opts.connection, settings, f"edgeforge deploy {self.name}@{sha[:12]}", step)
         step("connect", f"{dev.name} ({dev.address})")
         try:
             with ses:
@@ -253,7 +253,7 @@ class Deployer:
         step("done", f"current is {rid}" + (f", pruned {len(entry.pruned)}" if entry.pruned else ""))
 
 
-def switch_device(dev: Device, name: str, opts: BenchOptions, entry: DeviceEntry, sw: Switch,
+def switch_device(dev: Device, name: str, opts: ConnectionOptions, entry: DeviceEntry, sw: Switch,
                   on_step: Step = lambda d, s, m: None, stop: StopRequest | None = None) -> None:
     """Make the switch ``sw`` of NAME on ``dev``, record it, health-check it (switching back on
     failure); fills ``entry``."""
