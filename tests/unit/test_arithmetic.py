@@ -117,6 +117,12 @@ def test_exact_qdq_matches_onnx_reference_on_a_quantized_net(tmp_path):
             op.version = 21
     reference = ReferenceEvaluator(ref_model).run(None, {"x": x})[0]
     got = predictor(qdq, EXACT_QDQ)({"x": x})[0]
+    # why (nearly) exact on every CPU: both evaluate the same graph in fp32, every product of
+    # dequantized INT8 values; they differ only by fp32 summation order, at most K * 2^-24 of the
+    # sum of |products| (K = 288 for the Gemm: ~2e-5 relative, ~1e-6 absolute on these logits).
+    # A rounding flip in an intermediate QuantizeLinear would move a value by a whole step, far
+    # over atol. Checked on this AVX-512 VNNI host and on an emulated AVX2-only CPU
+    # (qemu-x86_64 -cpu Haswell, as test_arithmetic_avx2.py does): within atol on both.
     assert np.allclose(got, reference, rtol=0, atol=1e-5), np.abs(got - reference).max()
 
 
