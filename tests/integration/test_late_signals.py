@@ -118,7 +118,7 @@ def _verify_stored(cache: Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("moment", ["last-pass-stored", "summary"])
+@pytest.mark.parametrize("moment", ["last-pass-stored", pytest.param("summary", marks=pytest.mark.slow)])
 def test_sigterm_right_after_the_last_pass_is_a_clean_130(digits_project, tmp_path, moment):
     """SIGTERM after the build's passes: as soon as the last pass (verify) is in the build's cache
     (the manifest and the build directory about to be written, Paddle loaded), or once
