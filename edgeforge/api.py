@@ -50,7 +50,7 @@ def project_artifact(project: Project):
         # an inference model's program may live outside the project: keyed by its full path
         key = p.relative_to(project.root).as_posix() if p.is_relative_to(project.root) else p.as_posix()
         parts[key] = sha256_file(p)
-    return Artifact(PROJECT, project.root, {}, sha256_json(parts))
+    return Artifact(PROJECT, project.root, digest=sha256_json(parts))
 
 
 def plan_passes(project: Project, build: ResolvedBuild, route: str | None = None):
@@ -257,7 +257,7 @@ def check_labels(project: Project, labels: np.ndarray | None, exported) -> None:
     before any other pass."""
     if labels is None or exported is None:
         return
-    shapes = exported.meta.get("output_shapes") or []
+    shapes = exported.meta.output_shapes or []
     k = getattr(project.spec.data, "label_output", 0)
     if k >= len(shapes) or len(shapes[k]) != 2 or not shapes[k][-1] or shapes[k][-1] < 1:
         return                          # not a [batch, classes] output: nothing to check against
@@ -275,9 +275,9 @@ def check_label_output(project: Project, exported) -> None:
     """``[data] label_output`` must name one of the model's outputs (export's probe counted
     them): else exit 2 naming the key, before quantize or verify index past the last output."""
     k = project.spec.data.label_output
-    n = (exported.meta.get("num_outputs") if exported is not None else None)
+    n = exported.meta.num_outputs if exported is not None else None
     if n is None and exported is not None:
-        n = len(exported.meta.get("output_shapes") or []) or None
+        n = len(exported.meta.output_shapes or []) or None
     if isinstance(n, int) and k >= n:
         raise ConfigError(f"{project.root / 'edgeforge.toml'}: [data] label_output = {k}, "
                           f"but the model has {n} output(s)",
@@ -289,7 +289,7 @@ def check_post(project: Project, exported) -> None:
     the key, before quantize (:func:`edgeforge.task.post.against_outputs`)."""
     from .task.post import against_outputs
 
-    shapes = exported.meta.get("output_shapes") if exported is not None else None
+    shapes = exported.meta.output_shapes if exported is not None else None
     bad = against_outputs(project.spec, shapes) if isinstance(shapes, list) and shapes else None
     if bad:
         raise ConfigError(f"{project.root / 'edgeforge.toml'}: {bad}",
@@ -324,8 +324,7 @@ def _run_routes(project: Project, plan: ResolvedBuild, cache, source, ctx, emit:
         ctx.history.clear()
         try:
             final, steps = Pipeline(plan_passes(project, plan, route), cache).run(source, ctx, emit)
-            why = None if final.meta.get("verify", {}).get("status") != "failed" else (
-                f"verify failed: {final.meta['verify'].get('reason')}")
+            why = None if final.meta.verify.status != "failed" else f"verify failed: {final.meta.verify.reason}"
         except PassError as exc:
             if i + 1 == len(routes) or not _route_was(ctx, PADDLE_FLOAT, route):
                 raise
@@ -342,7 +341,7 @@ def _route_was(ctx, kind: str, route: str) -> bool:
     back to the legacy program: then the next route would repeat it; an export that failed
     already tried both)."""
     exported = ctx.history.get(kind)
-    return exported is not None and (exported.meta.get("export") or {}).get("route", route) == route
+    return exported is not None and (exported.meta.export or {}).get("route", route) == route
 
 
 OUT_LOCK_TIMEOUT_S = 3600.0        # $EDGEFORGE_OUT_LOCK_TIMEOUT: how long a build waits for --out
@@ -432,7 +431,7 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
             if backend_reason:
                 manifest["backend_reason"] = backend_reason
             exported = ctx.history.get(PADDLE_FLOAT)
-            manifest["export"] = exported.meta.get("export") if exported is not None else None
+            manifest["export"] = exported.meta.export if exported is not None else None
             if fallback and manifest["export"] is not None:
                 manifest["export"] = dict(manifest["export"], route_fallback=fallback)
             _write_out(out_dir, final, manifest, logs=Path(work))

@@ -59,7 +59,7 @@ BUILD_CODE = (
     # smoke, timing, profile, end_to_end, main) are outside: editing them keeps every cached step
     *RUNNER_BUILD_CODE,
     "cache.py", "config.py", "contracts.py", "errors.py", "fold_data.py", "fsutil.py", "inference.py", "native.py",
-    "paddle_env.py", "quiet.py", "__init__.py", "manifest.py", "oserror.py",
+    "paddle_env.py", "quiet.py", "__init__.py", "manifest.py", "build_meta.py", "oserror.py",
     # the build's INT8 speed verdict (quantize's speed alternative) uses the report's statistics
     "report/compare.py", "report/int8_procedure.py", "report/load.py", "report/pairing.py",
     "results/schema.py", "results/stats.py",

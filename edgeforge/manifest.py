@@ -1,10 +1,10 @@
 """The build manifest (``manifest.json``, schema ``edgeforge.build/1``) and the metadata the
 passes hand each other on the way to it.
 
-:class:`BuildMeta` is what the last pass's ``meta`` holds. Every field that is not marked
-``internal`` goes into the manifest as it is: a new manifest field is one line here (and the
-pass that sets it). Keys a pass adds that are not declared here travel on between passes but
-stay out of the manifest.
+:class:`~edgeforge.build_meta.BuildMeta` (edgeforge/build_meta.py) is what the last pass's
+``meta`` holds. Every field that is not marked ``internal`` there goes into the manifest as it
+is. Keys a pass adds that are not declared there travel on between passes but stay out of the
+manifest.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import datetime as _dt
 import json
 import platform
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import re
 from typing import Annotated, Literal, Union
@@ -20,6 +20,7 @@ from typing import Annotated, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from . import __version__
+from .build_meta import as_meta
 from .cache import sha256_file
 from .config import DTypes
 from .errors import ConfigError
@@ -146,44 +147,10 @@ class Manifest(BaseModel):
     target_profile: dict[str, Union[str, int, float, bool, None, dict]] = {}
 
 
-def _internal(default=None, **kw):
-    return Field(default, json_schema_extra={"internal": True}, **kw)
-
-
-class BuildMeta(BaseModel):
-    """What the passes hand each other (``Artifact.meta``), typed."""
-
-    model_config = ConfigDict(extra="allow")
-
-    file: str = _internal("")                     # the artifact's file name in its directory
-    precision: str = _internal("fp32")
-    num_eval_samples: Optional[int] = _internal()  # -> manifest.reference.samples
-    artifact_sha256: Optional[str] = _internal()   # -> manifest.artifact.sha256 (recomputed)
-    reference_images: list[str] = _internal([])    # -> manifest.reference.images
-    device_reference: Optional[dict[str, Any]] = _internal()  # -> manifest.reference (passes/reference_data.py)
-
-    float_size_bytes: Optional[int] = None        # the float artifact, for the size ratio
-    verify: dict[str, Any] = {}                   # verify's figures and status
-    quantization: Optional[dict[str, Any]] = None  # calibration algo, scheme, fast paths
-    keep_float: list[str] = []                    # layers kept in float
-    accuracy_budget: Optional[dict[str, Any]] = None
-    calibration_search: Optional[list[dict[str, Any]]] = None
-    int8_vs_fp32: Optional[dict[str, Any]] = None   # host stand-in: both timed interleaved
-    rewrites: list[dict[str, Any]] = []           # legalize rewrites and their op counts
-    converter_fixes: list[dict[str, Any]] = []    # paddle2onnx input fixes (passes/legalize/pir_json.py)
-    qat: Optional[dict[str, Any]] = None          # quantize.qat: entered, shipped, why, loss curve
-    prune: Optional[dict[str, Any]] = None        # prune: FLOPs, size, host latency, metric before/after
-    nms: Optional[dict[str, Any]] = None          # NMS out of the graph: {where: postprocess, postprocess}
-
-    def manifest_fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name, f in type(self).model_fields.items()
-                if not (f.json_schema_extra or {}).get("internal")}
-
-
 def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
     """The manifest of ``build`` (a ResolvedBuild) of ``project``: ``final`` is the last
     pass's artifact, ``steps`` the pipeline's step records."""
-    meta = BuildMeta.model_validate(final.meta)
+    meta = as_meta(final.meta)
     target, backend, precision = build.target, build.backend, build.precision
     art = final.path / meta.file
     bcfg = build.backend_config

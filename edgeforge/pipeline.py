@@ -1,31 +1,24 @@
 """Runs passes in order: kind checks before anything runs, cache, timing, provenance.
 
 A step's output is a function of its key. What a pass measures on the host (timings, the
-host's CPU flags) is not part of that output: :data:`MEASURED` and a pass's ``measured``
-name those fields; they are split off its meta into a side record beside the cache entry
-(``measured.json``, outside the content digest), kept out of the next step's key, and merged
-back into the meta the next passes and the manifest read.
+host's CPU flags) is not part of that output: the meta models declare those fields
+(``build_meta.measured``); they are split off its meta into a side record beside the cache
+entry (``measured.json``, outside the content digest), kept out of the next step's key, and
+merged back into the meta the next passes and the manifest read.
 """
 from __future__ import annotations
 
-import copy
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
+from .build_meta import as_meta, merge_measured, split_measured
 from .cache import Cache, build_code_digest, sha256_json
 from .errors import EdgeforgeError, PassError
 from .quiet import native_to_log
 from .passes.base import Artifact, Pass, PassContext
 
-# Dotted paths into a pass's meta that hold host measurements ("*": every list item or key).
-# A pass adds its own with a ``measured`` class attribute.
-MEASURED = (
-    "int8_vs_fp32", "accuracy_budget.seconds", "accuracy_budget.attempts.*.at_s", "accuracy_budget.speed.*.p50_ms",
-    "accuracy_budget.cost.p50_ms", "accuracy_budget.cost.p50_ms_int8",
-    "quantization.scheme.host_cpu_flags", "verify.host_cpu_flags", "qat.seconds",
-)
 SOURCES = {"local": "hit", "remote": "remote hit", "built": "miss"}
 
 
@@ -42,63 +35,6 @@ class StepRecord:
         return {"pass": self.name, "version": self.version, "cache_hit": self.cache_hit,
                 "cache": SOURCES[self.source], "source": self.source,
                 "seconds": round(self.seconds, 3), "cache_key": self.key}
-
-
-def _walk(node: Any, parts: list[str], at: list, out: list) -> None:
-    if not parts:
-        return
-    head, rest = parts[0], parts[1:]
-    if isinstance(node, dict):
-        names = list(node) if head == "*" else ([head] if head in node else [])
-        for name in names:
-            if rest:
-                _walk(node[name], rest, at + [name], out)
-            else:
-                out.append((at + [name], node.pop(name)))
-    elif isinstance(node, list) and head == "*" and rest:
-        for i, item in enumerate(node):
-            _walk(item, rest, at + [i], out)
-
-
-def split_measured(meta: dict, paths: Sequence[str] = MEASURED) -> tuple[dict, list]:
-    """(meta without the measured fields, [[path, value], ...]); ``meta`` is left as it is."""
-    content = copy.deepcopy(meta)
-    pairs: list = []
-    for path in paths:
-        _walk(content, path.split("."), [], pairs)
-    return content, [[p, v] for p, v in pairs]
-
-
-def _measured_path(path: Any, patterns: Sequence[str]) -> bool:
-    """Whether ``path`` (a list of keys and indices) is one a pattern names: a side record (from
-    a remote cache, too) never reaches the rest of the meta."""
-    if not isinstance(path, list) or not path:
-        return False
-    for pattern in patterns:
-        parts = pattern.split(".")
-        if len(parts) == len(path) and all(
-                (isinstance(v, (str, int)) and not isinstance(v, bool)) if p == "*" else p == v
-                for p, v in zip(parts, path)):
-            return True
-    return False
-
-
-def merge_measured(content: dict, pairs: list, patterns: Sequence[str] = MEASURED) -> dict:
-    """``content`` with the measured fields of :func:`split_measured` put back (only paths
-    that ``patterns`` name)."""
-    meta = copy.deepcopy(content)
-    for pair in pairs if isinstance(pairs, list) else []:
-        if not (isinstance(pair, list) and len(pair) == 2 and _measured_path(pair[0], patterns)):
-            continue
-        path, value = pair
-        node: Any = meta
-        try:
-            for part in path[:-1]:
-                node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
-            node[path[-1]] = value
-        except (IndexError, KeyError, TypeError):
-            continue                        # a record that no longer fits its meta: dropped
-    return meta
 
 
 def code_digest(p: Pass) -> str:
@@ -129,7 +65,6 @@ class Pipeline:
     def __init__(self, passes: Sequence[Pass], cache: Cache):
         self.passes = list(passes)
         self.cache = cache
-        self.measured = tuple(MEASURED) + tuple(m for p in self.passes for m in getattr(p, "measured", ()))
 
     def _lookup(self, key: str, name: str):
         hit = self.cache.get(key)
@@ -153,7 +88,7 @@ class Pipeline:
             cfg = p.config.model_dump(mode="json")
             # The input is its bytes and the provenance it carries (meta flows downstream),
             # without what was measured on the host that built it.
-            content_meta = split_measured(current.meta, self.measured)[0]
+            content_meta = split_measured(current.meta)[0]
             input_digest = sha256_json({"content": current.digest, "meta": content_meta})
             key = self.cache.key(pass_name=p.name, version=f"{p.version}:{code_digest(p)}", config=cfg,
                                  target=p.target_facts(ctx), input_digest=input_digest)
@@ -162,7 +97,7 @@ class Pipeline:
             hit, source_kind = self._lookup(key, p.name)
             if hit is not None:
                 path, entry = hit
-                meta = merge_measured(entry.get("meta", {}), entry.get("measured", []), self.measured)
+                meta = as_meta(merge_measured(entry.get("meta", {}), entry.get("measured", [])))
                 current = Artifact(p.produces, path, meta, entry["content_digest"])
             else:
                 current = self._build(p, current, ctx, key, len(records))
@@ -182,14 +117,14 @@ class Pipeline:
         try:
             # native libraries' lines go to the step's log beside its output, never the terminal
             with native_to_log(ctx.workdir / f"{index:02d}-{p.name}.log"):
-                meta = p.run(current, out_dir, ctx) or {}
+                meta = as_meta(p.run(current, out_dir, ctx))
         except EdgeforgeError:
             raise
         except Exception as exc:  # a bug or a library error inside a pass: re-raised as PassError
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
             raise PassError(p.name, f"{type(exc).__name__}: {first[:300]}",
                             hint="re-run with --debug for the traceback") from exc
-        content, measured = split_measured(meta, self.measured)
+        content, measured = split_measured(meta)
         path, entry = self.cache.put(key, out_dir, {"pass": p.name, "version": p.version, "meta": content},
                                      measured=measured)
         remote = getattr(self.cache, "remote", None) if self.cache.enabled else None

@@ -12,6 +12,7 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from ..build_meta import BuildMeta
 from ..config import Strict
 from ..project import Project
 from ..targets import TargetProfile
@@ -29,7 +30,7 @@ VERIFIED = "verified"            # an artifact plus reference data and verify fi
 class Artifact:
     kind: str
     path: Path                   # a directory
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: BuildMeta = field(default_factory=BuildMeta)    # read by attribute (build_meta.py)
     digest: str = ""             # content digest of the directory (or the project's sources)
 
 
@@ -64,8 +65,9 @@ class Pass:
         """The parts of the target this pass's output depends on. Default: none."""
         return None
 
-    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict[str, Any]:
-        """Write the output artifact into ``out_dir``; return its meta."""
+    def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> BuildMeta | dict[str, Any]:
+        """Write the output artifact into ``out_dir``; return its meta (a dict is validated
+        into :class:`BuildMeta`)."""
         raise NotImplementedError
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from ..build_meta import BuildMeta, Cost
 from ..native import run_script
 from ..toolchain import LiteToolchain, require_lite
 from .base import LITE_NB, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
@@ -81,28 +82,26 @@ class LiteConvertPass(Pass):
         ctx.log(f"paddle_lite_opt --valid_targets={','.join(vt)}")
         nb = lite_convert(self.name, inp.path, out_dir / "model", vt, self.config.fp16,
                           suspects=lambda: suspects_for(inp.path, "lite", vt))
-        meta = {"file": nb.name, "precision": inp.meta.get("precision", "fp32"), "valid_targets": vt}
+        meta = BuildMeta(file=nb.name, precision=inp.meta.precision, valid_targets=vt)
         float_dir = inp.path / "float"
         if inp.kind == PADDLE_INT8 and float_dir.is_dir():
             ref = lite_convert(self.name, float_dir, out_dir / "float_model", vt, False,
                                suspects=lambda: suspects_for(float_dir, "lite", vt))
-            meta["float_size_bytes"] = ref.stat().st_size
+            meta.float_size_bytes = ref.stat().st_size
             ref.unlink()
         else:
-            meta["float_size_bytes"] = nb.stat().st_size
+            meta.float_size_bytes = nb.stat().st_size
         plain_dir = inp.path / "plain_int8"
-        budget = inp.meta.get("accuracy_budget")
+        meta.carry(inp.meta, "accuracy_budget", "keep_float", "quantization", "rewrites", "calibration_search",
+                   "qat", "prune")
+        budget = meta.accuracy_budget
         if budget is not None and plain_dir.is_dir():
             plain = lite_convert(self.name, plain_dir, out_dir / "plain_int8", vt, False)
-            budget = dict(budget, cost={"size_bytes_int8": plain.stat().st_size, "size_bytes": nb.stat().st_size,
+            budget.cost = Cost(**{"size_bytes_int8": plain.stat().st_size, "size_bytes": nb.stat().st_size,
                                         "size_delta_bytes": nb.stat().st_size - plain.stat().st_size,
                                         "p50_ms_int8": None, "p50_ms": None,
-                                        "latency_note": "ARM latency is measured on the board (edgeforge bench)"})
+                                  "latency_note": "ARM latency is measured on the board (edgeforge bench)"})
             plain.unlink()
-        if budget is not None:
-            meta["accuracy_budget"] = budget
         for log in out_dir.glob("*.opt.log"):
             log.unlink()
-        meta.update({k: v for k, v in inp.meta.items()
-                     if k in ("keep_float", "quantization", "rewrites", "calibration_search", "qat", "prune")})
         return meta

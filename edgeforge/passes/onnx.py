@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from ..build_meta import BuildMeta, Nms
 from ..errors import PassError
 from ..native import last_lines, run_native
 from .base import ONNX, PADDLE_FLOAT, Artifact, Pass, PassConfig, PassContext, register
@@ -120,10 +121,11 @@ class OnnxConvertPass(Pass):
             why = ("ONNX has no matrix_nms" if cut["op"] == "matrix_nms"
                    else f"{ctx.target.name}'s [backend.onnx] nms = \"postprocess\"")
             ctx.log(f"NMS moved out of the graph: the runner does it on the device ({why})")
-        return {"file": out.name, "precision": "fp32", "float_size_bytes": size, "converter_fixes": fixes,
-                "program": program_kind(inp.path),
-                **({"nms": {"where": "postprocess", "postprocess": cut}} if cut is not None else {}),
-                **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")}}
+        meta = BuildMeta(file=out.name, precision="fp32", float_size_bytes=size, converter_fixes=fixes,
+                         program=program_kind(inp.path)).carry(inp.meta, "rewrites", "prune")
+        if cut is not None:
+            meta.nms = Nms(where="postprocess", postprocess=cut)
+        return meta
 
 
 class Fp16Config(PassConfig):
@@ -145,7 +147,7 @@ class OnnxFp16Pass(Pass):
         model = onnx.load(str(inp.path / "model.onnx"))
         half = convert_float_to_float16(model, keep_io_types=self.config.keep_io_types)
         onnx.save(half, str(out_dir / "model.onnx"))
-        return dict(inp.meta, precision="fp16")
+        return inp.meta.updated(precision="fp16")
 
 
 def check_converted(pass_name: str, path: Path) -> None:

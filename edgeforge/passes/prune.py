@@ -44,7 +44,6 @@ class PrunePass(Pass):
     consumes = frozenset({PADDLE_FLOAT})
     produces = PADDLE_FLOAT
     Config = PruneConfig
-    measured = ("prune.host",)         # host timings: kept out of the content (pipeline.MEASURED)
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         from ..paddle_env import paddle_inference
@@ -69,8 +68,7 @@ class PrunePass(Pass):
                       figure=budget.figure(measured),
                       size_before=_size(inp.path), size_after=_size(out_dir))
         record["host"] = _host_latency(inp.path, out_dir, {n: a[:1] for n, a in feeds.items()})
-        meta = dict(inp.meta)
-        meta["prune"] = record
+        meta = inp.meta.updated(prune=record)
         ctx.log(f"{record['flops_removed']:.1%} of the FLOPs removed (filters x{1 - record['filter_ratio']:.3f}), "
                 f"{budget.figure(measured)} against the unpruned model")
         if not record["met"]:

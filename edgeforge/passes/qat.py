@@ -18,6 +18,7 @@ from typing import Optional
 
 from pydantic import Field
 
+from ..build_meta import Qat
 from ..errors import ConfigError, PassError
 from ..native import run_native
 from ..quant.budget import better
@@ -63,7 +64,6 @@ class QatPass(Pass):
     consumes = frozenset({ONNX, PADDLE_INT8})      # after quantize.onnx, or quantize.ptq (Lite)
     produces = ONNX
     Config = QatConfig
-    measured = ("qat.host",)           # host timings: kept out of the content (pipeline.MEASURED)
 
     def __init__(self, config=None):
         super().__init__(config)
@@ -73,20 +73,20 @@ class QatPass(Pass):
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: QatConfig = self.config
         user_float = set(cfg.quant.keep_float)
-        ptq_float = [k for k in inp.meta.get("keep_float") or [] if k not in user_float]
-        meta = {k: v for k, v in inp.meta.items()}
+        ptq_float = [k for k in inp.meta.keep_float if k not in user_float]
+        meta = inp.meta.updated()
         lite = inp.kind == PADDLE_INT8
         _copy_all(inp.path, out_dir)
         if not cfg.force and not (cfg.auto and ptq_float):
             why = "PTQ kept every layer INT8" if not ptq_float else "not asked for (--qat, [quantization.qat] auto)"
-            meta["qat"] = {"entered": False, "shipped": "ptq", "why": why}
+            meta.qat = Qat(entered=False, shipped="ptq", why=why)
             return meta
         why_in = "--qat" if cfg.force else f"PTQ kept {len(ptq_float)} layer(s) in float"
         if getattr(ctx.project.spec.model, "factory", None) is None:    # an exported inference program
             if cfg.force:
                 raise ConfigError("--qat fine-tunes the model's own code: [model] needs a factory",
                                   hint="an exported inference program has no trainable layers here; drop --qat")
-            meta["qat"] = {"entered": False, "shipped": "ptq", "why": "no [model] factory to fine-tune"}
+            meta.qat = Qat(entered=False, shipped="ptq", why="no [model] factory to fine-tune")
             return meta
         ctx.log(f"QAT ({why_in}): up to {cfg.steps} steps or {cfg.max_seconds:g}s of distillation")
         record = self._train(ctx, weight_bits=7 if not lite and _scheme(ctx).reduce_range else 8)
@@ -131,12 +131,12 @@ class QatPass(Pass):
                     shutil.copy2(f, out_dir / f.name)
             else:
                 shutil.copy2(qat_model, out_dir / "model.onnx")
-            meta["keep_float"] = []
-            meta.pop("int8_vs_fp32", None)       # timed on the PTQ model; QAT's is in qat.host
-            if meta.get("accuracy_budget"):
-                meta["accuracy_budget"] = dict(meta["accuracy_budget"], final=m_qat, final_drop=m_qat["accuracy_drop"],
-                                               keep_float=[], met=True, shipped="qat")
-        meta["qat"] = record
+            meta.keep_float = []
+            meta.int8_vs_fp32 = None             # timed on the PTQ model; QAT's is in qat.host
+            ab = meta.accuracy_budget
+            if ab is not None:
+                ab.final, ab.final_drop, ab.keep_float, ab.met, ab.shipped = m_qat, m_qat["accuracy_drop"], [], True, "qat"
+        meta.qat = record
         return meta
 
     def _train(self, ctx: PassContext, weight_bits: int) -> dict:

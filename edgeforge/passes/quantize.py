@@ -21,6 +21,7 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field
 
+from ..build_meta import AccuracyBudget, Attempt, BuildMeta, Quantization, Scheme, SpeedRow
 from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
 from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES
@@ -150,12 +151,13 @@ class PaddlePTQPass(Pass):
         for p in model.iterdir():
             shutil.copy2(p, out_dir / p.name)
         shutil.copytree(inp.path, out_dir / "float")
-        meta.update(precision="int8", **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune")})
+        meta.precision = "int8"
+        meta.carry(inp.meta, "rewrites", "prune")
         record_odd_weights(meta, self.odd_weights, ctx.log)
         degenerate.note_fast_kl(meta, self.fast_kl, ctx.log)     # quantization.fast_kl, degenerate_ranges
-        if "accuracy_budget" in meta:
-            meta["accuracy_budget"].update(
-                simulated=True, note="measured on the host with Paddle Inference on the fake-quant program")
+        if meta.accuracy_budget is not None:
+            meta.accuracy_budget.simulated = True
+            meta.accuracy_budget.note = "measured on the host with Paddle Inference on the fake-quant program"
         if plain is not None:
             # convert.lite measures the size cost against plain INT8 from this copy
             shutil.copytree(plain(), out_dir / "plain_int8")
@@ -190,11 +192,11 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
                 pick = r
         algo = pick["algo"]
         ctx.log(f"calibration search picked {algo}")
-    meta = {"quantization": dict(cfg.model_dump(exclude={"data_digest", "eval_digest"}), algo=algo)}
+    meta = BuildMeta(quantization=Quantization(**{**cfg.model_dump(exclude={"data_digest", "eval_digest"}), "algo": algo}))
     if search:
-        meta["calibration_search"] = search
+        meta.calibration_search = search
     if not fallback:
-        meta["keep_float"] = list(cfg.keep_float)
+        meta.keep_float = list(cfg.keep_float)
         return quantize(algo, list(cfg.keep_float)), meta, None
     others = () if (cfg.calibration_search or cfg.algo_fixed) else tuple(a for a in CANDIDATE_ALGOS if a != algo)
     model, fit = fit_budget(quantize, lambda m: budget.measure(predict(m), float_out, labels), rank, budget,
@@ -204,9 +206,9 @@ def search_and_fit(cfg: QuantConfig, ctx: PassContext, quantize, predict, refere
     if fit.met and fit.attempts[0] is not fit.attempts[-1]:
         ctx.log(f"accuracy budget ({budget.describe()}): {fit.algo}, {len(fit.keep_float)} layer(s) in float, "
                 f"{budget.figure(fit.final)}")
-    meta["quantization"]["algo"] = fit.algo
-    meta["keep_float"] = list(fit.keep_float)
-    meta["accuracy_budget"] = fit.to_json()
+    meta.quantization.algo = fit.algo
+    meta.keep_float = list(fit.keep_float)
+    meta.accuracy_budget = AccuracyBudget.model_validate(fit.to_json())
     plain = None
     if len(fit.keep_float) > len(cfg.keep_float):
         def plain():
@@ -357,27 +359,27 @@ class OnnxQuantizePass(Pass):
 
         self.op_types = op_types_to_quantize(pre)
         quantize, (model, meta, plain) = fit(self.op_types)
-        if self.op_types is None and len(meta.get("keep_float") or []) > len(cfg.keep_float):
+        if self.op_types is None and len(meta.keep_float) > len(cfg.keep_float):
             quantize, (model, meta, plain) = self._narrower(ctx, pre, fit, (quantize, (model, meta, plain)))
         plain_path = plain() if plain is not None else None
         if host_can_time(ctx.target, ctx.backend)[0]:     # only where the host runs the target's runtime
             model = self._fastest(ctx, inp.path / "model.onnx", (model, plain_path), meta,
-                                  lambda keep: quantize(meta["quantization"]["algo"], keep),
+                                  lambda keep: quantize(meta.quantization.algo, keep),
                                   (feeds, labels, lambda: predict_all(onnx_predictor(pre), feeds)))
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
-        meta["quantization"]["pre_process"] = pre_info
+        q = meta.quantization
+        q.pre_process = pre_info
         degenerate.note(meta, self.degenerate, ctx.log)
-        meta["quantization"]["arithmetic"] = arith
-        if "accuracy_budget" in meta:
-            meta["accuracy_budget"]["arithmetic"] = arith["kind"]
-        meta["quantization"]["op_types"] = self.op_types or "onnxruntime default (every op it supports)"
-        meta["quantization"]["scheme"] = dict(self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag,
-                                              host_cpu_flags=flags)
-        meta.update({"file": "model.onnx", "precision": "int8", "float_size_bytes": inp.meta.get("float_size_bytes"),
-                     **{k: v for k, v in inp.meta.items() if k in ("rewrites", "prune", "converter_fixes", "nms")}})
+        q.arithmetic = arith
+        if meta.accuracy_budget is not None:
+            meta.accuracy_budget.arithmetic = arith["kind"]
+        q.op_types = self.op_types or "onnxruntime default (every op it supports)"
+        q.scheme = Scheme(**self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag, host_cpu_flags=flags)
+        meta.file, meta.precision, meta.float_size_bytes = "model.onnx", "int8", inp.meta.float_size_bytes
+        meta.carry(inp.meta, "rewrites", "prune", "converter_fixes", "nms")
         if plain_path is not None:
-            meta["accuracy_budget"]["cost"] = onnx_cost(plain_path, final, meta.get("int8_vs_fp32"))
+            meta.accuracy_budget.cost = onnx_cost(plain_path, final, meta.int8_vs_fp32)
         return meta
 
     def _narrower(self, ctx: PassContext, pre: Path, fit, first):
@@ -393,9 +395,9 @@ class OnnxQuantizePass(Pass):
         fits = []                          # (op set, (quantize, (model, meta, plain)), record)
         for ops, done in ((None, first), (narrow, fit(narrow))):
             meta = done[1][1]
-            keep = meta.get("keep_float") or []
+            keep = meta.keep_float
             fits.append((ops, done, {"op_types": ops or "onnxruntime default (every op it supports)",
-                                     "met": meta["accuracy_budget"]["met"],
+                                     "met": meta.accuracy_budget.met,
                                      "float_weight_bytes": sum(weights.get(k, 0) for k in keep),
                                      "float_layers": len(keep)}))
         # a met budget first, then the fewest float weight bytes, then layers; min keeps the default on a tie
@@ -404,10 +406,10 @@ class OnnxQuantizePass(Pass):
             f[2]["chosen"] = f is chosen
         self.op_types = chosen[0]
         quantize, result = chosen[1]
-        result[1]["accuracy_budget"]["op_sets"] = [f[2] for f in fits]
+        result[1].accuracy_budget.op_sets = [f[2] for f in fits]
         return quantize, result
 
-    def _fastest(self, ctx: PassContext, fp32: Path, models: tuple, meta: dict, requantize, data) -> Path:
+    def _fastest(self, ctx: PassContext, fp32: Path, models: tuple, meta: BuildMeta, requantize, data) -> Path:
         """Where the host runs the artifact: time fp32, the budget's INT8 and (when layers were
         kept in float) plain INT8 and the contiguous float sets that also meet the budget,
         interleaved in one process (spinning off); keep the fastest INT8 that meets the budget.
@@ -420,11 +422,11 @@ class OnnxQuantizePass(Pass):
 
         model, plain = models
         feeds, labels, reference = data
-        ab = meta.get("accuracy_budget")
-        keep = list(meta.get("keep_float") or [])
-        options = {"int8": (model, keep, ab["final"] if ab else None)}
+        ab = meta.accuracy_budget
+        keep = list(meta.keep_float)
+        options = {"int8": (model, keep, ab.final if ab else None)}
         order = [n.name for n in _onnx_nodes(fp32) if n.op_type in ONNX_QUANTIZABLE]
-        if ab and ab["met"] and plain is not None:
+        if ab and ab.met and plain is not None:
             budget, reference = make_budget(self.config, ctx, labels), reference()
             # an INT8 model in substance: a speed alternative adds at most ALT_MAX_FLOAT_SHARE of
             # the weights in float (shufflenet_v2, 7-bit scheme: 30 -> 49 float layers was 14 %
@@ -439,8 +441,7 @@ class OnnxQuantizePass(Pass):
                         f"{float_regions(alt, order)} region(s)")
                 cand = requantize(alt)
                 m = budget.measure(runner_outputs(cand, feeds), reference, labels)
-                ab["attempts"].append({"algo": meta["quantization"]["algo"], "kept": len(alt),
-                                       "speed_alternative": True, **m})
+                ab.attempts.append(Attempt(algo=meta.quantization.algo, kept=len(alt), speed_alternative=True, **m))
                 if budget.met(m):
                     options[f"int8 ({len(alt)} float)"] = (cand, alt, m)
         timed = {"fp32": fp32, **{k: v[0] for k, v in options.items()}}
@@ -455,16 +456,16 @@ class OnnxQuantizePass(Pass):
         retime = (lambda: interleaved({"fp32": fp32, "int8": model}, feeds, threads=threads)) if len(options) > 1 else None
         decided, fresh = decide_after_selection(samples, best, retime)
         if ab:
-            ab["speed"] = [{"variant": k, "float_layers": len(timed_keep),
-                            "regions": float_regions(timed_keep, order), "p50_ms": round(p50(samples[k]), 4),
-                            "chosen": k == best} for k, (_, timed_keep, _) in options.items()]
+            ab.speed = [SpeedRow(variant=k, float_layers=len(timed_keep), regions=float_regions(timed_keep, order),
+                                 p50_ms=round(p50(samples[k]), 4), chosen=k == best)
+                        for k, (_, timed_keep, _) in options.items()]
             if plain is not None:
-                ab["speed"].append({"variant": "plain int8", "float_layers": len(self.config.keep_float),
-                                    "p50_ms": round(p50(samples["plain int8"]), 4), "met": False})
+                ab.speed.append(SpeedRow(variant="plain int8", float_layers=len(self.config.keep_float),
+                                         p50_ms=round(p50(samples["plain int8"]), 4), met=False))
             if best != "int8":
-                ab.update(keep_float=keep, final=m, final_drop=m["accuracy_drop"])
-                meta["keep_float"] = list(keep)
-        meta["int8_vs_fp32"] = {"fp32_samples_ms": [round(x, 5) for x in decided["fp32"]],
+                ab.keep_float, ab.final, ab.final_drop = keep, m, m["accuracy_drop"]
+                meta.keep_float = list(keep)
+        meta.int8_vs_fp32 = {"fp32_samples_ms": [round(x, 5) for x in decided["fp32"]],
                                 "int8_samples_ms": [round(x, 5) for x in decided["int8"]],
                                 "plain_int8_p50_ms": round(p50(samples["plain int8"]), 4) if plain else None,
                                 "fp32_p50_ms": round(p50(decided["fp32"]), 4), "int8_p50_ms": round(p50(decided["int8"]), 4),

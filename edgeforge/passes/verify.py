@@ -261,7 +261,7 @@ class VerifyPass(Pass):
 
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: VerifyConfig = self.config
-        self.cut_nms = (inp.meta.get("nms") or {}).get("postprocess")
+        self.cut_nms = inp.meta.nms.postprocess if inp.meta.nms else None
         data = ctx.project.load_data("evaluation")
         names = [s.name for s in ctx.project.inputs]
         feeds = {k: data[k] for k in names}
@@ -279,9 +279,9 @@ class VerifyPass(Pass):
         np.savez(ref_dir / "float_outputs.npz", **{f"output_{i}": o for i, o in enumerate(reference)})
         shipped = write_device_reference(out_dir, feeds, label_arrays, reference)
         preprocess = self.preprocess_parity(float_dir, ctx) if cfg.preprocess is not None else None
-        artifact_file = inp.meta["file"]
+        artifact_file = inp.meta.file
         shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
-        precision = inp.meta.get("precision", "fp32")
+        precision = inp.meta.precision
         contract = self.check_contract(out_dir / artifact_file, ctx) if ctx.backend == "onnx" else None
 
         result = {"status": "device-only", "top1_agreement": None, "accuracy": None, "float_accuracy": None,
@@ -359,17 +359,15 @@ class VerifyPass(Pass):
             result["preprocess"] = preprocess
         if cfg.preprocess is not None or cfg.task is not None or cfg.postprocess is not None or self.cut_nms:
             self.write_pipeline(out_dir, ctx, precision)
-        meta = {k: v for k, v in inp.meta.items()}
-        meta["verify"] = result
-        meta["num_eval_samples"] = int(len(feeds[names[0]]))
+        meta = inp.meta.updated(verify=result, num_eval_samples=int(len(feeds[names[0]])))
         n = shipped["samples"]
-        if outs is not None and n < meta["num_eval_samples"]:      # the device's figures, on the host
+        if outs is not None and n < meta.num_eval_samples:      # the device's figures, on the host
             shipped["host_drift"] = {k: v for k, v in drift_metrics(
                 [o[:n] for o in outs], [r[:n] for r in reference],
                 None if labels is None else labels[:n]).items() if k != "outputs"}
-        meta["device_reference"] = shipped
+        meta.device_reference = shipped
         if cfg.preprocess is not None:
-            meta["reference_images"] = self.carry_images(out_dir, ctx)
-        meta["artifact_sha256"] = sha256_file(out_dir / artifact_file)
+            meta.reference_images = self.carry_images(out_dir, ctx)
+        meta.artifact_sha256 = sha256_file(out_dir / artifact_file)
         return meta
 

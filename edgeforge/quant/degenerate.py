@@ -21,6 +21,8 @@ from typing import Iterator
 
 import numpy as np
 
+from ..build_meta import BuildMeta, Quantization
+
 MAX_BINS = 1 << 20       # a range that grows this much between batches would need more bins than this
 
 
@@ -125,24 +127,25 @@ def guard_histograms(record: dict) -> Iterator[None]:
         HistogramCollector.collect, q.create_calibrator = collect, create
 
 
-def note(meta: dict, record: dict, log, fallback: str = "min/max of the finite values (abs_max)") -> None:
+def note(meta: BuildMeta, record: dict, log, fallback: str = "min/max of the finite values (abs_max)") -> None:
     """The manifest's ``quantization.degenerate_ranges`` and the build's one line."""
     if not record:
         return
-    meta.setdefault("quantization", {})["degenerate_ranges"] = {"fallback": fallback,
-                                                               "tensors": dict(sorted(record.items()))}
+    if meta.quantization is None:
+        meta.quantization = Quantization()
+    meta.quantization.degenerate_ranges = {"fallback": fallback, "tensors": dict(sorted(record.items()))}
     names = sorted(record)
     log(f"{len(names)} tensor(s) with a degenerate range (constant, inf or subnormal span), not binned as "
         f"they are ({fallback}): {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
 
 
-def note_fast_kl(meta: dict, record: dict, log) -> None:
+def note_fast_kl(meta: BuildMeta, record: dict, log) -> None:
     """Paddle PTQ (the Lite path): ``quantization.fast_kl`` (whether edgeforge's fast KL paths
     took, and why not), and the activations binned over their finite values only."""
     if not record:
         return
     fast = {k: v for k, v in record.items() if k != "degenerate_ranges"}
-    meta["quantization"]["fast_kl"] = fast
+    meta.quantization.fast_kl = fast
     if not fast["enabled"]:
         log(f"fast KL calibration off: {fast['reason']}")
     note(meta, dict(record.get("degenerate_ranges") or {}), log,

@@ -13,6 +13,8 @@ them (:func:`odd_weights` records).
 """
 from __future__ import annotations
 
+from ..build_meta import BuildMeta
+
 # the weight rank each quantizable op's INT8 kernel takes
 WEIGHT_RANK = {"conv2d": 4, "depthwise_conv2d": 4, "conv2d_transpose": 4, "mul": 2, "matmul": 2, "matmul_v2": 2}
 
@@ -44,9 +46,9 @@ def describe(odd: list[dict], shown: int = 4) -> str:
             + (", …" if len(odd) > shown else ""))
 
 
-def record_odd_weights(meta: dict, odd: list[dict], log) -> None:
+def record_odd_weights(meta: BuildMeta, odd: list[dict], log) -> None:
     """``quantization.float_weights`` in the manifest, and the build's line when there are any."""
-    meta["quantization"]["float_weights"] = list(odd)
+    meta.quantization.float_weights = list(odd)
     if odd:
         log(describe(odd))
 

@@ -116,23 +116,6 @@ def test_two_cold_builds_give_the_same_key_for_every_step(tmp_path):
     assert warm.manifest["int8_vs_fp32"] == a.manifest["int8_vs_fp32"]
 
 
-def test_a_side_record_puts_back_only_measured_fields():
-    """What a pass measured is split off its meta and merged back; a record naming any other
-    field (a forged one, from a remote cache too) changes nothing."""
-    from edgeforge.pipeline import merge_measured, split_measured
-
-    meta = {"file": "model.onnx", "int8_vs_fp32": {"fp32_p50_ms": 1.5},
-            "accuracy_budget": {"seconds": 2.1, "met": True,
-                                "speed": [{"variant": "int8", "p50_ms": 0.3, "chosen": True}]},
-            "verify": {"status": "passed"}}
-    content, measured = split_measured(meta)
-    assert content == {"file": "model.onnx", "verify": {"status": "passed"},
-                       "accuracy_budget": {"met": True, "speed": [{"variant": "int8", "chosen": True}]}}
-    assert merge_measured(content, measured) == meta
-    forged = measured + [[["verify", "status"], "failed"], [["file"], "other.onnx"], "junk", [[], 1]]
-    assert merge_measured(content, forged) == meta
-
-
 def test_a_device_only_runner_edit_keeps_every_step_a_hit_and_a_host_one_rebuilds(tmp_path, monkeypatch):
     """issue 48: the build code digest (in every step's key) covers the runner modules the passes
     import, not the device-only ones. The keys are computed over a copy of the package, edited

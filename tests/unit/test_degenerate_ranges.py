@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
+from edgeforge.build_meta import BuildMeta, Quantization
 from edgeforge.quant.degenerate import guard_histograms, note, note_fast_kl, why_degenerate
 from edgeforge.quant.onnx_ptq import paddle_kl_entropy
 
@@ -97,10 +98,10 @@ def test_a_degenerate_tensor_falls_back_to_its_min_max(case, tmp_path):
     # scale below float32's tiny 1.0
     want = float(finite.max()) / 255
     assert scale == pytest.approx(want if want >= np.finfo(np.float32).tiny else 1.0, rel=1e-6)
-    meta: dict = {"quantization": {}}
+    meta = BuildMeta()
     lines: list = []
     note(meta, record, lines.append)
-    assert meta["quantization"]["degenerate_ranges"]["tensors"] == dict(sorted(record.items()))
+    assert meta.quantization.degenerate_ranges["tensors"] == dict(sorted(record.items()))
     assert len(lines) == 1 and "degenerate range" in lines[0]
 
 
@@ -174,8 +175,8 @@ def test_paddle_ptq_bins_an_activation_with_infs_over_its_finite_values(tmp_path
     assert "exp_0.tmp_0" in fallen, fallen          # and what reads it, downstream
     assert all("non-finite value(s) (inf/nan)" in why for why in fallen.values()), fallen
     assert (tmp_path / "q" / "model.pdmodel").is_file()
-    meta: dict = {"quantization": {}}
+    meta = BuildMeta(quantization=Quantization())
     lines: list = []
     note_fast_kl(meta, status, lines.append)
-    assert meta["quantization"]["fast_kl"] == {"enabled": True, "reason": "fast threshold search and sampling"}
-    assert meta["quantization"]["degenerate_ranges"]["tensors"] == fallen and len(lines) == 1, lines
+    assert meta.quantization.fast_kl == {"enabled": True, "reason": "fast threshold search and sampling"}
+    assert meta.quantization.degenerate_ranges["tensors"] == fallen and len(lines) == 1, lines

@@ -11,6 +11,7 @@ ROWS = {
     "quiet": 0,                         # native output to a step's log (stdlib only)
     "stop_signals": 0.1,                # the stop handlers kept after import paddle (errors' Stopped)
     "fsutil": 0.3, "cache": 0.6,
+    "build_meta": 0.9,                  # the passes' meta models (pydantic only), read by quant/ too
     "config": 1, "native": 1, "weights": 1, "toolchain": 1, "results": 1, "quant": 1,
     "remote_settings": 1.1,             # the remote cache's URL/mode/timeout (config's strict model)
     "toolchain_web": 1.2,               # onnxruntime-web from npm, beside the toolchains dir

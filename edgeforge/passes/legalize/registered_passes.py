@@ -35,7 +35,7 @@ class LegalizePass(Pass):
             # it is (paddle2onnx >= 2 reads it; a failure there falls back to the legacy route)
             for f in inp.path.iterdir():
                 shutil.copy2(f, out_dir / f.name)
-            return dict(inp.meta, rewrites=[], legalize="skipped: a PIR program (rewrites read legacy programs)")
+            return inp.meta.updated(rewrites=[], legalize="skipped: a PIR program (rewrites read legacy programs)")
         with static_mode():
             applied = legalize_model(inp.path, out_dir, cfg.backend, cfg.valid_targets)
             if applied:
@@ -46,7 +46,7 @@ class LegalizePass(Pass):
             others = f" (+{len(findings) - 1} more; run `edgeforge check`)" if len(findings) > 1 else ""
             raise PassError("preflight", f"target cannot take op '{first.op}' x{first.count}: {first.reason}{others}",
                             hint=first.remedy)
-        return dict(inp.meta, rewrites=applied)
+        return inp.meta.updated(rewrites=applied)
 
 
 @register
@@ -72,4 +72,4 @@ class LegalizeInt8Pass(LegalizePass):
         for extra in inp.path.iterdir():
             if extra.is_file() and not (out_dir / extra.name).exists():
                 shutil.copy2(extra, out_dir / extra.name)
-        return dict(inp.meta, rewrites_int8=applied)
+        return inp.meta.updated(rewrites_int8=applied)
