@@ -93,16 +93,15 @@ def cmd_report(args) -> int:
 
     out = write_report([Path(p) for p in args.results], Path(args.out))
     s = out["summary"]
-    for skipped in s["skipped"]:
-        _say_skipped(skipped["source"], skipped["reason"])
+    for skipped in s.skipped:
+        _say_skipped(skipped.source, skipped.reason)
     con = console()
-    t = Table(title=f"{len(s['results'])} run(s) on {len(s['fingerprints'])} device fingerprint(s)", title_justify="left")
+    t = Table(title=f"{len(s.results)} run(s) on {len(s.fingerprints)} device fingerprint(s)", title_justify="left")
     heads = ["run", "model/target/backend/precision", "artifact", "device", "p50 ms", "p90 ms", "p99 ms",
              "metric", "artifact's", "drop pts"]
-    rows = [[e["id"], e["label"], e["artifact"]["short"], e["device"]["name"],
-             fmt.ms(e["summary"].get("p50_ms")), fmt.ms(e["summary"].get("p90_ms")),
-             fmt.ms(e["summary"].get("p99_ms")), *figure_cells(e.get("figure"), short=True)[:1],
-             *figure_cells(e.get("figure"))[2:]] for e in s["results"]]
+    rows = [[e.id, e.label, e.artifact.short, e.device.name, fmt.ms(e.summary.p50_ms), fmt.ms(e.summary.p90_ms),
+             fmt.ms(e.summary.p99_ms), *figure_cells(e.figure, short=True)[:1], *figure_cells(e.figure)[2:]]
+            for e in s.results]
     # columns by width: p90, p99, the artifact digest and value go first (report.md has them all)
     keep = drop_to_fit(heads, rows, ("p90 ms", "p99 ms", "artifact", "artifact's"), 0, con.width)
     for i in keep:
@@ -110,21 +109,20 @@ def cmd_report(args) -> int:
                      justify="right" if heads[i].endswith(("ms", "pts", "'s")) else "left")
     for row in rows:
         t.add_row(*(escape(row[i]) for i in keep))
-    if s["results"]:
+    if s.results:
         con.print(t)
-    for e in s.get("load", []):      # edgeforge load results: one line each, with the SLO pick
+    for e in s.load or []:      # edgeforge load results: one line each, with the SLO pick
         rec = (e["analysis"].get("recommendation") or {}).get("line")
         con.print(f"load {e['id']}: {e['label']} on {e['device']['name']}, {len(e['levels'])} levels"
                   + (", recommended:" if rec else ""), markup=False)
         if rec:
             con.print(rec, markup=False)
-    for line in verdict_lines(s["int8_vs_float"]):     # the INT8 verdicts lead the INT8 lines
+    for line in verdict_lines(s.int8_vs_float):     # the INT8 verdicts lead the INT8 lines
         for part in clause_wrap(line, con.width):
             con.print(part, markup=False, style="bold")
-    for p in s["int8_vs_float"]:
-        what = (f"{fmt.ratio(p['speedup'])} vs fp32 {p['float']['id']}, {verdict_cell(p)}" if p["float"]
-                else p["note"])
-        con.print(f"int8 {p['int8']['id']}: {what}", markup=False, soft_wrap=False)   # wrapped at the width
+    for p in s.int8_vs_float:
+        what = f"{fmt.ratio(p.speedup)} vs fp32 {p.float_.id}, {verdict_cell(p)}" if p.float_ else p.note
+        con.print(f"int8 {p.int8.id}: {what}", markup=False, soft_wrap=False)   # wrapped at the width
     for key in ("markdown", "html", "summary_json"):
         con.print(f"wrote {out[key]}", markup=False)
     return ExitCode.OK

@@ -45,15 +45,15 @@ def size(n) -> str:
     return f"{n / 1024:.1f} KB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.2f} MB"
 
 
-def temps(c: dict) -> str:
-    t0, t1 = c.get("temp_c_before"), c.get("temp_c_after")
+def temps(t0, t1) -> str:
+    """The device's temperature before -> after a run (C)."""
     if not _num(t0) and not _num(t1):
         return "-"
     return f"{'-' if not _num(t0) else f'{t0:.1f}'} -> {'-' if not _num(t1) else f'{t1:.1f}'}"
 
 
-def load(c: dict) -> str:
-    la = c.get("load_avg")
+def load(la) -> str:
+    """The device's load averages before a run."""
     return "-" if not la else "/".join(f"{x:.2f}" for x in la if _num(x))
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from html import escape
 
+from ..results.report_doc import ReportSummary
 from . import plots
 from .loadcurve import html_parts
 from .tables import Cell, method_text, plain, report_tables
@@ -36,14 +37,14 @@ _FIGURES = {  # table key -> (figure, caption)
 }
 
 
-def render_html(summary: dict, results: list[dict]) -> str:
-    fps = summary["fingerprints"]
+def render_html(summary: ReportSummary, results: list[dict]) -> str:
+    fps = summary.fingerprints
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              "<title>edgeforge benchmark report</title>", f"<style>{_CSS}</style></head><body>",
              "<h1>edgeforge benchmark report</h1>",
-             f'<p class="meta">Generated {escape(summary["created_at"])} by edgeforge '
-             f'{escape(summary["edgeforge_version"])} from {len(summary["results"])} result(s) on {len(fps)} device '
+             f'<p class="meta">Generated {escape(summary.created_at)} by edgeforge '
+             f'{escape(summary.edgeforge_version)} from {len(summary.results)} result(s) on {len(fps)} device '
              f"fingerprint(s). Every row names the device, its fingerprint and the artifact digest; hover a digest "
              f"or fingerprint for the full value.</p>"]
     for t in report_tables(summary):
@@ -54,7 +55,7 @@ def render_html(summary: dict, results: list[dict]) -> str:
     return "\n".join(parts)
 
 
-def _section(t, summary: dict, results: list[dict]) -> list[str]:
+def _section(t, summary: ReportSummary, results: list[dict]) -> list[str]:
     """One table with its notes and figure: a heading, or folded under <details>."""
     out = ([f'<details id="{t.key}"><summary>{escape(t.title)}</summary>'] if t.folded
            else [f'<h2 id="{t.key}">{escape(t.title)}</h2>'])

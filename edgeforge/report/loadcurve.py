@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import ResultError
 from ..results.knee import describe, figures, load_point, measured
 from ..results.load import is_load_document, read_load_result
+from ..results.report_doc import ReportSummary
 from . import fmt
 from .pairing import label, short
 
@@ -165,11 +166,11 @@ def _verdicts(e: dict) -> list[str]:
     return out
 
 
-def markdown_lines(summary: dict) -> list[str]:
-    if not summary.get("load"):
+def markdown_lines(summary: ReportSummary) -> list[str]:
+    if not summary.load:
         return []
     lines = ["", "## Load curves", ""]
-    for e in summary["load"]:
+    for e in summary.load:
         s = e["settings"]
         lines += [f"### {fmt.md_text(_title(e))}", "",
                   fmt.md_text(f"{e['runtime']['name']} {e['runtime']['version']} on {e['device']['cpu_model']}, "
@@ -181,11 +182,11 @@ def markdown_lines(summary: dict) -> list[str]:
     return lines
 
 
-def html_parts(summary: dict) -> list[str]:
-    if not summary.get("load"):
+def html_parts(summary: ReportSummary) -> list[str]:
+    if not summary.load:
         return []
     parts = ['<h2 id="load">Load curves</h2>']
-    for e in summary["load"]:
+    for e in summary.load:
         parts.append(f"<h3>{escape(_title(e))}</h3>")
         svg = curve_svg(e)
         if svg:

@@ -1,15 +1,16 @@
 """report.md: the report tables as Markdown."""
 from __future__ import annotations
 
+from ..results.report_doc import ReportSummary
 from .fmt import md_code, md_text
 from .loadcurve import markdown_lines
 from .tables import Cell, method_text, plain, report_tables
 
 
-def render_markdown(summary: dict) -> str:
-    fps, results = summary["fingerprints"], summary["results"]
+def render_markdown(summary: ReportSummary) -> str:
+    fps, results = summary.fingerprints, summary.results
     lines = ["# edgeforge benchmark report", "",
-             f"Generated {summary['created_at']} by edgeforge {summary['edgeforge_version']} from "
+             f"Generated {summary.created_at} by edgeforge {summary.edgeforge_version} from "
              f"{len(results)} result(s) on {len(fps)} device fingerprint(s). Every row names the device, its "
              f"fingerprint (see *Devices*) and the artifact's sha256 (in full under *Artifacts*)."]
     for t in report_tables(summary):

@@ -16,9 +16,12 @@ from .compare import ALPHA, MIN_CHANGE
 from .int8_procedure import MIN_EFFECT, decide_results
 from .pairing import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results
+from ..results.report_doc import (REPORT_SCHEMA, ArtifactDoc, CompareDoc, Conditions, Entry, EntryArtifact, EntryDevice,
+                                  EntryRuntime, FingerprintDoc, Pair, PairSide, ReportSummary, Skipped,
+                                  Statistics, VerdictDoc)
+from ..results.schema import BenchResult, Summary
 from .verdict import pair_verdict
 
-REPORT_SCHEMA = "edgeforge.report/1"
 # what each report file holds at its head, as edgeforge writes it (check_ours)
 OURS = {"markdown": (b"# edgeforge benchmark report",), "html": (b"<title>edgeforge benchmark report</title>",),
         "summary_json": (b'"schema": "edgeforge.report/',)}
@@ -30,7 +33,7 @@ def write_report(result_files: list[Path], out_dir: Path, *, chosen_by: str = "-
     """Load ``result_files`` (files or directories), write the three report files into ``out_dir``
     (checked first by :func:`edgeforge.fsutil.writable_dir`; ``chosen_by`` names the flag).
 
-    Returns ``{"markdown": path, "html": path, "summary_json": path, "summary": dict}``.
+    Returns ``{"markdown": path, "html": path, "summary_json": path, "summary": ReportSummary}``.
     """
     import json
 
@@ -44,13 +47,16 @@ def write_report(result_files: list[Path], out_dir: Path, *, chosen_by: str = "-
     bench_files, loads = split_load_paths(result_files, on_skip)    # edgeforge.load/1: the load curves
     loaded = load_results(bench_files, on_skip=on_skip) if bench_files or not loads else []
     results = [r for _, r in loaded]
-    summary = json_safe({**build_summary(loaded, skipped), "load": load_summary(loads)})
+    built = build_summary(loaded, skipped)
+    built.load = load_summary(loads)
+    doc = json_safe(built.to_json())                 # a NaN is written (and rendered) as null
+    summary = ReportSummary.model_validate(doc)
     out = writable_dir(out_dir, chosen_by, what="report directory")
     paths = {"markdown": out / MARKDOWN, "html": out / HTML, "summary_json": out / SUMMARY}
     for key, path in paths.items():         # an earlier report is replaced, a user's file never
         check_ours(path, chosen_by, OURS[key], "not an edgeforge report")
     files = {paths["markdown"]: render_markdown(summary), paths["html"]: render_html(summary, results),
-             paths["summary_json"]: json.dumps(summary, indent=2, allow_nan=False) + "\n"}
+             paths["summary_json"]: json.dumps(doc, indent=2, allow_nan=False) + "\n"}
     try:
         write_files_atomic(files)
     except OSError as exc:              # a full disk: the old report is as it was
@@ -59,67 +65,60 @@ def write_report(result_files: list[Path], out_dir: Path, *, chosen_by: str = "-
     return {**paths, "summary": summary}
 
 
-def build_summary(loaded: list[tuple[Path, dict]], skipped: list[dict] | None = None) -> dict:
-    """The report's content as data (what summary.json holds and both renderers read)."""
+def build_summary(loaded: list[tuple[Path, dict]], skipped: list[dict] | None = None) -> ReportSummary:
+    """The report's content (what summary.json holds and both renderers read), as its model."""
     results = [r for _, r in loaded]
-    entries = [_entry(i, path, r) for i, (path, r) in enumerate(loaded, 1)]
-    fingerprints: dict[str, dict] = {}
-    for r in results:
-        fid = fingerprint_id(r)
-        fp = fingerprints.setdefault(fid, {"id": fid, **stable_fingerprint(r), **{
-            k: r["device"]["fingerprint"][k] for k in _FINGERPRINT_EXTRAS if k in r["device"]["fingerprint"]},
-            "devices": [], "runtimes": []})
-        for key, value in (("devices", r["device"]["name"]), ("runtimes", f"{r['runtime']['name']} {r['runtime']['version']}")):
-            if value not in fp[key]:
-                fp[key].append(value)
-    artifacts: dict[str, dict] = {}
-    for r in results:
-        a = r["artifact"]
-        artifacts.setdefault(a["sha256"], {"sha256": a["sha256"], "short": short(a["sha256"]), "label": label(r),
-                                           "model": model_name(r), "target": a["target"], "backend": a["backend"],
-                                           "precision": a["precision"], "size_bytes": a.get("size_bytes"),
-                                           "float_size_bytes": a.get("float_size_bytes") or r.get("float_size_bytes")})
-    return {
-        "schema": REPORT_SCHEMA,
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "edgeforge_version": __version__,
-        "statistics": {"test": "Mann-Whitney U, two-sided, on block medians", "interval": "percentile bootstrap",
-                       "alpha": ALPHA, "min_change": MIN_CHANGE, "int8_min_effect": MIN_EFFECT},
-        "fingerprints": fingerprints,
-        "artifacts": list(artifacts.values()),
-        "results": entries,
-        "int8_vs_float": _pairs(results, entries),
-        "skipped": list(skipped or []),      # files in the given directories that hold no complete run
-    }
+    typed = [BenchResult.model_validate(r) for r in results]
+    entries = [_entry(i, path, r, t) for i, ((path, r), t) in enumerate(zip(loaded, typed), 1)]
+    fingerprints: dict[str, FingerprintDoc] = {}
+    for r, t in zip(results, typed):
+        fid, fp = fingerprint_id(r), t.device.fingerprint
+        extras = {k: v for k, v in (fp.model_extra or {}).items() if k in _FINGERPRINT_EXTRAS}
+        doc = fingerprints.setdefault(fid, FingerprintDoc(id=fid, **stable_fingerprint(r), **extras,
+                                                                devices=[], runtimes=[]))
+        runtime = f"{t.runtime.name} {t.runtime.version}"
+        if t.device.name not in doc.devices:
+            doc.devices.append(t.device.name)
+        if runtime not in doc.runtimes:
+            doc.runtimes.append(runtime)
+    artifacts: dict[str, ArtifactDoc] = {}
+    for r, t in zip(results, typed):
+        a = t.artifact
+        if a.sha256 not in artifacts:
+            artifacts[a.sha256] = ArtifactDoc(
+                sha256=a.sha256, short=short(a.sha256), label=label(r), model=model_name(r), target=a.target,
+                backend=a.backend, precision=a.precision, size_bytes=a.size_bytes,
+                float_size_bytes=a.float_size_bytes or (t.model_extra or {}).get("float_size_bytes"))
+    return ReportSummary(
+        schema=REPORT_SCHEMA, created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        edgeforge_version=__version__,
+        statistics=Statistics(test="Mann-Whitney U, two-sided, on block medians", interval="percentile bootstrap",
+                              alpha=ALPHA, min_change=MIN_CHANGE, int8_min_effect=MIN_EFFECT),
+        fingerprints=fingerprints, artifacts=list(artifacts.values()), results=entries,
+        int8_vs_float=_pairs(results, typed, entries),
+        skipped=[Skipped(**s) for s in skipped or []])      # files in the given directories that hold no complete run
 
 
-def _entry(index: int, path: Path, r: dict) -> dict:
-    a, fp = r["artifact"], r["device"]["fingerprint"]
-    s = dict(r["summary"])
-    s["p50_ms"] = p50_ms(r)
-    return {
-        "id": f"R{index}",
-        "source": str(path),
-        "result_id": r.get("id"),
-        "created_at": r.get("created_at"),
-        "model": model_name(r),
-        "label": label(r),
-        "artifact": {"sha256": a["sha256"], "short": short(a["sha256"]), "target": a["target"],
-                     "backend": a["backend"], "precision": a["precision"], "size_bytes": a.get("size_bytes")},
-        "device": {"name": r["device"]["name"], "fingerprint_id": fingerprint_id(r),
-                   "emulated": fp.get("emulated")},      # e.g. qemu-user: timings are not figures
-        "conditions": {k: fp.get(k) for k in ("temp_c_before", "temp_c_after", "load_avg")},
-        "runtime": {"name": r["runtime"]["name"], "version": r["runtime"]["version"],
-                    "placement": r["runtime"].get("placement"), "load": r["runtime"].get("load")},
-        "settings": r.get("settings") or {},
-        "n_samples": len(r["samples_ms"]),
-        "summary": s,
-        "drift": r.get("drift"),
-        "figure": _figure(r),          # the task's own metric (report.figure): what a person reads
-        "transfer": r.get("transfer"),
-        "profile": _profile(r),
-        "end_to_end": _end_to_end(r),
-    }
+def _entry(index: int, path: Path, r: dict, t: BenchResult) -> Entry:
+    a, fp, extra = t.artifact, t.device.fingerprint, t.model_extra or {}
+    return Entry(
+        id=f"R{index}", source=str(path), result_id=extra.get("id"), created_at=extra.get("created_at"),
+        model=model_name(r), label=label(r),
+        artifact=EntryArtifact(sha256=a.sha256, short=short(a.sha256), target=a.target, backend=a.backend,
+                               precision=a.precision, size_bytes=a.size_bytes),
+        device=EntryDevice(name=t.device.name, fingerprint_id=fingerprint_id(r),
+                           emulated=(fp.model_extra or {}).get("emulated")),   # e.g. qemu-user: timings are not figures
+        conditions=Conditions(temp_c_before=fp.temp_c_before, temp_c_after=fp.temp_c_after, load_avg=fp.load_avg),
+        runtime=EntryRuntime(name=t.runtime.name, version=t.runtime.version,
+                             placement=(t.runtime.model_extra or {}).get("placement"),
+                             load=(t.runtime.model_extra or {}).get("load")),
+        settings=t.settings.model_dump(mode="json", exclude_unset=True),
+        n_samples=len(t.samples_ms),
+        summary=Summary(**{**t.summary.model_dump(mode="json", exclude_unset=True), "p50_ms": p50_ms(r)}),
+        drift=t.drift.model_dump(mode="json", exclude_unset=True),
+        figure=_figure(r),          # the task's own metric (report.figure): what a person reads
+        transfer=t.transfer.model_dump(mode="json", exclude_unset=True),
+        profile=_profile(t), end_to_end=_end_to_end(t))
 
 
 def _figure(r: dict) -> dict | None:
@@ -129,54 +128,53 @@ def _figure(r: dict) -> dict | None:
     return fig.to_dict() if fig is not None else None
 
 
-def _end_to_end(r: dict) -> dict | None:
+def _end_to_end(t: BenchResult) -> dict | None:
     """The run's end-to-end figures (bench --end-to-end), without the raw samples."""
-    e = r.get("end_to_end")
-    if not e:
+    if not t.end_to_end:
         return None
-    return {k: e.get(k) for k in ("images", "runs", "decoder", "stages", "total", "ai_tax", "shares", "postprocess")}
+    return t.end_to_end.model_dump(mode="json", exclude={"samples_ms"}, exclude_unset=True)
 
 
-def _profile(r: dict) -> dict | None:
+def _profile(t: BenchResult) -> dict | None:
     """The run's per-op profile (bench --profile), its op types only."""
     from .profile import qdq_share
 
-    prof = r.get("profile")
-    if not prof or prof.get("skipped"):
+    prof = t.profile
+    if not prof or prof.skipped:
         return None
-    return {"total_ms": prof["total_ms"], "by_op": prof["by_op"], "qdq_share": qdq_share(prof)}
+    return {"total_ms": prof.total_ms, "by_op": [o.model_dump(mode="json") for o in prof.by_op],
+            "qdq_share": qdq_share(prof.model_dump(mode="json"))}
 
 
-def _pairs(results: list[dict], entries: list[dict]) -> list[dict]:
+def _pairs(results: list[dict], typed: list[BenchResult], entries: list[Entry]) -> list[Pair]:
     """Each INT8 run with its fp32 counterpart (or why it has none) and what compare says."""
     out = []
-    index = {id(r): e for r, e in zip(results, entries)}
+    index = {id(r): (t, e) for r, t, e in zip(results, typed, entries)}
     for r in results:
         if precision(r) != "int8":
             continue
         ref, why = float_counterpart(r, results)
-        e = index[id(r)]
-        drift = r.get("drift") or {}
-        pair = {"model": model_name(r), "target": r["artifact"]["target"], "device": r["device"]["name"],
-                "fingerprint_id": fingerprint_id(r),
-                "int8": {"id": e["id"], "sha256": r["artifact"]["sha256"], "p50_ms": p50_ms(r),
-                         "size_bytes": r["artifact"].get("size_bytes")},
-                "float": None, "speedup": None, "size_ratio": None, "compare": None, "note": why,
-                "figure": e["figure"],
-                **{k: drift.get(k) for k in ("accuracy_drop", "accuracy", "float_accuracy", "top1_agreement", "cosine")}}
+        t, e = index[id(r)]
+        drift = t.drift
+        pair = Pair(model=model_name(r), target=t.artifact.target, device=t.device.name,
+                    fingerprint_id=fingerprint_id(r),
+                    int8=PairSide(id=e.id, sha256=t.artifact.sha256, p50_ms=p50_ms(r), size_bytes=t.artifact.size_bytes),
+                    float=None, speedup=None, size_ratio=None, compare=None, note=why, figure=e.figure,
+                    accuracy_drop=drift.accuracy_drop, accuracy=drift.accuracy, float_accuracy=drift.float_accuracy,
+                    top1_agreement=drift.top1_agreement, cosine=drift.cosine)
         if ref is not None:
-            fe = index[id(ref)]
-            pair["float"] = {"id": fe["id"], "sha256": ref["artifact"]["sha256"], "p50_ms": p50_ms(ref),
-                             "size_bytes": ref["artifact"].get("size_bytes")}
-            pair["speedup"] = p50_ms(ref) / p50_ms(r)
-            sizes = (ref["artifact"].get("size_bytes"), r["artifact"].get("size_bytes"))
-            if all(sizes):
-                pair["size_ratio"] = sizes[0] / sizes[1]
+            rt, fe = index[id(ref)]
+            pair.float_ = PairSide(id=fe.id, sha256=rt.artifact.sha256, p50_ms=p50_ms(ref),
+                                   size_bytes=rt.artifact.size_bytes)
+            pair.speedup = p50_ms(ref) / p50_ms(r)
+            if rt.artifact.size_bytes and t.artifact.size_bytes:
+                pair.size_ratio = rt.artifact.size_bytes / t.artifact.size_bytes
             try:
-                pair["compare"] = decide_results(ref, r, labels=(f"fp32 {fe['id']}", f"int8 {e['id']}")).to_dict()
+                pair.compare = CompareDoc.model_validate(
+                    decide_results(ref, r, labels=(f"fp32 {fe.id}", f"int8 {e.id}")).to_dict())
             except ConfigError as exc:
-                pair["note"] = f"not compared: {exc.one_line()}"
+                pair.note = f"not compared: {exc.one_line()}"
         v = pair_verdict(pair)
-        pair["verdict"] = v.to_dict() if v else None
+        pair.verdict = VerdictDoc.model_validate(v.to_dict()) if v else None
         out.append(pair)
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..results.report_doc import Pair
 from .int8_procedure import interval_text
 
 
@@ -117,18 +118,18 @@ def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: f
                    cosine=cosine, within_budget=within_budget, line=line)
 
 
-def pair_verdict(pair: dict) -> Verdict | None:
+def pair_verdict(pair: Pair) -> Verdict | None:
     """The verdict of one ``int8_vs_float`` pair of a report summary (None without an fp32
     run); the accuracy is the INT8 run's drift on the device."""
-    if not pair.get("float"):
+    if not pair.float_:
         return None
-    emulated = "emulated" in (pair.get("note") or "")
-    fig = pair.get("figure") or {}
-    drop = fig.get("drop") if fig else pair.get("accuracy_drop")
-    return int8_verdict(pair.get("compare"), speedup=pair.get("speedup"), accuracy_drop=drop,
-                        cosine=pair.get("cosine") if drop is None else None,
+    emulated = "emulated" in (pair.note or "")
+    fig = pair.figure
+    drop = fig.drop if fig else pair.accuracy_drop
+    return int8_verdict(pair.compare, speedup=pair.speedup, accuracy_drop=drop,
+                        cosine=pair.cosine if drop is None else None,
                         where="on this (emulated) device" if emulated else "on this device",
-                        metric=fig.get("name") or "accuracy")
+                        metric=(fig.name if fig else None) or "accuracy")
 
 
 def result_verdict(r: dict, pool: list[dict]) -> tuple[Verdict | None, str]:

@@ -69,15 +69,15 @@ def test_report_draws_load_curves_beside_bench_results(tmp_path):
     assert [p for p, _ in load_results([d])] == [bench]
     out = write_report([d], tmp_path / "report")
     s = out["summary"]
-    assert len(s["results"]) == 1 and [e["source"] for e in s["load"]] == [str(load)]
-    assert s["load"][0]["analysis"]["recommendation"]["level"] == 1
-    assert any("incomplete load run" in x["reason"] for x in s["skipped"])
+    assert len(s.results) == 1 and [e["source"] for e in s.load] == [str(load)]
+    assert s.load[0]["analysis"]["recommendation"]["level"] == 1
+    assert any("incomplete load run" in x.reason for x in s.skipped)
     md = out["markdown"].read_text()
     assert "## Load curves" in md and "threads 2, batch 1, 2 concurrent requests: 190 inf/s" in md
     assert "Knee (shared session, threads 2, batch 1)" in md
     html = out["html"].read_text()
     assert html.count("<svg") >= 2 and 'id="load"' in html
     # load results alone make a report; nothing complete is an error
-    assert write_report([load], tmp_path / "r2")["summary"]["results"] == []
+    assert write_report([load], tmp_path / "r2")["summary"].results == []
     with pytest.raises(ResultError, match="incomplete"):
         write_report([d / sorted(p.name for p in d.glob("*incomplete*"))[0]], tmp_path / "r3")

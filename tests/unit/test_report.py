@@ -87,8 +87,8 @@ def test_directories_skip_our_other_documents_but_not_unknown_results(tmp_path, 
     (d / "one.json").write_text(files[0].read_text())
     (d / "summary.json").write_text(out["summary_json"].read_text())     # a report written into results/
     (d / ".partial.json").write_text("{")                                # a bench write in progress
-    assert len(write_report([d], tmp_path / "o1")["summary"]["results"]) == 1
-    assert len(write_report([d, d / "one.json"], tmp_path / "o1")["summary"]["results"]) == 1   # counted once
+    assert len(write_report([d], tmp_path / "o1")["summary"].results) == 1
+    assert len(write_report([d, d / "one.json"], tmp_path / "o1")["summary"].results) == 1   # counted once
     future = make_result(seed=1)
     future["schema"] = "edgeforge.bench/2"
     (d / "future.json").write_text(json.dumps(future))
@@ -108,8 +108,8 @@ def test_incomplete_runs_in_a_directory_are_skipped_and_listed(tmp_path, capsys,
     broken.update(status="incomplete", samples_ms=[], error="device pi-lab-3: connection lost")
     (d / "broken-incomplete.json").write_text(json.dumps(broken))
     out = write_report([d], tmp_path / "out")
-    assert len(out["summary"]["results"]) == 1
-    assert out["summary"]["skipped"][0]["reason"].startswith("an incomplete run (status 'incomplete'")
+    assert len(out["summary"].results) == 1
+    assert out["summary"].skipped[0].reason.startswith("an incomplete run (status 'incomplete'")
     assert "skipped " in out["markdown"].read_text() and "connection lost" in out["html"].read_text()
     assert main(["gate", str(d), "--max-p50-ms", "100"]) == 0
     assert "skipped" in capsys.readouterr().err
@@ -171,8 +171,8 @@ def test_the_verdict_comes_first_once_per_model_target_and_device(tmp_path, rend
     for stem, r in slow.items():
         (tmp_path / f"{stem}.json").write_text(json.dumps(r))
     s = write_report([tmp_path / "int8.json", tmp_path / "fp32.json"], tmp_path / "out")["summary"]
-    (pair,) = s["int8_vs_float"]
-    assert pair["verdict"]["ship"] == "fp32" and pair["verdict"]["speed"] == "slower"
+    (pair,) = s.int8_vs_float
+    assert pair.verdict.ship == "fp32" and pair.verdict.speed == "slower"
     html = (tmp_path / "out" / "report.html").read_text()
     assert "0.77x of fp32 (slower) on this device" in html and "--precision auto picks fp32" in html
 
