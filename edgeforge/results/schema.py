@@ -304,11 +304,9 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def validate(result: dict, source: str = "result") -> dict:
-    """Check a result dict against :class:`BenchResult`; return it unchanged, or raise
-    ResultError naming the problem."""
-    BenchResult.check(result, source)
-    return result
+def validate(result: dict, source: str = "result") -> BenchResult:
+    """A result dict parsed into :class:`BenchResult`, or ResultError naming the problem."""
+    return BenchResult.check(result, source)
 
 
 MAX_DOCUMENT = 256 << 20          # bytes: a result of a million samples is about 20 MB
@@ -356,8 +354,8 @@ def too_deep(doc: Any, limit: int = MAX_DEPTH) -> str | None:
     return None
 
 
-def read_result(path: str | os.PathLike) -> dict:
-    """Read and check one result file (any status)."""
+def read_result(path: str | os.PathLike) -> BenchResult:
+    """Read and parse one result file (any status) into its model."""
     return validate(read_json(path), str(path))
 
 

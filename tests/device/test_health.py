@@ -44,7 +44,7 @@ def test_transient_connect_error_is_retried(make_fleet, builds):
         srv.close()
     assert proc.returncode == 0, err
     [r] = [read_result(f) for f in fleet.result_files()]
-    assert r["connect"]["attempts"] >= 2 and r["status"] == "ok"
+    assert r.connect["attempts"] >= 2 and r.status == "ok"
 
 
 def _state(fleet) -> dict:

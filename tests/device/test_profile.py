@@ -20,14 +20,14 @@ def test_profile_of_an_int8_build_names_its_top_ops(cli, lab, builds, fp32_build
     code, _, err = _bench(cli, lab, builds.onnx)
     assert code == 0, err
     [int8_path] = lab.result_files()
-    prof = read_result(int8_path)["profile"]
-    ops = [o["op"] for o in prof["by_op"]]
+    prof = read_result(int8_path).profile
+    ops = [o.op for o in prof.by_op]
     # the digits INT8 graph after onnxruntime's fusions: integer convolutions and QDQ nodes
     assert any(op in ("QLinearConv", "ConvInteger", "QLinearMatMul") for op in ops[:4]), ops
     assert {"QuantizeLinear", "DequantizeLinear"} & set(ops), ops
-    assert abs(sum(o["share"] for o in prof["by_op"]) - 1.0) < 1e-3
-    assert prof["by_node"][0]["ms"] == max(n["ms"] for n in prof["by_node"]) > 0
-    assert sum(o["nodes"] for o in prof["by_op"]) == prof["nodes"] and prof["runs"] == 30
+    assert abs(sum(o.share for o in prof.by_op) - 1.0) < 1e-3
+    assert prof.by_node[0].ms == max(n.ms for n in prof.by_node) > 0
+    assert sum(o.nodes for o in prof.by_op) == prof.nodes and prof.runs == 30
 
     code, out, err = cli("profile", int8_path)
     assert code == 0, err
@@ -70,9 +70,9 @@ def test_lite_profile_through_benchmark_bin(cli, lab, builds):
                        "--runs", "3", "--profile", "-q")
     assert code == 0, err
     [path] = lab.result_files()
-    prof = read_result(path)["profile"]
-    assert prof["by_op"][0]["op"] == "conv2d" and prof["nodes"] == len(KERNELS)
-    assert prof["method"].startswith("Paddle Lite profiler") and prof["runs"] == 30
+    prof = read_result(path).profile
+    assert prof.by_op[0].op == "conv2d" and prof.nodes == len(KERNELS)
+    assert prof.method.startswith("Paddle Lite profiler") and prof.runs == 30
     code, out, err = cli("profile", path)
     assert code == 0, err
     assert "conv2d" in out and "quantize/dequantize: 3.0%" in out
@@ -85,6 +85,6 @@ def test_a_benchmark_bin_without_the_profiler_says_how_to_get_one(cli, lab, buil
                        "--runs", "2", "--profile", "-q")
     assert code == 0, err
     [path] = lab.result_files()
-    assert "--with_profile=ON" in read_result(path)["profile"]["skipped"]
+    assert "--with_profile=ON" in read_result(path).profile.skipped
     code, _, err = cli("profile", path)
     assert code == 2 and "--with_profile=ON" in err and len(err.strip().splitlines()) == 1

@@ -118,9 +118,9 @@ def test_partial_result_is_valid(tmp_path):
     assert err.one_line().startswith("device d: connection to h lost") and "what was measured is in" in err.one_line()
     [path] = (tmp_path / "results").glob("*.json")
     r = read_result(path)
-    assert r["status"] == "incomplete" and r["samples_ms"] == [1.0, 2.0, 3.0] and r["summary"]["p50_ms"] == 2.0
-    assert r["device"]["fingerprint"]["temp_c_before"] == 40.0 and r["drift"]["cosine"] is None
-    assert "lost" in r["error"] and path.name.endswith("-incomplete.json")
+    assert r.status == "incomplete" and r.samples_ms == [1.0, 2.0, 3.0] and r.summary.p50_ms == 2.0
+    assert r.device.fingerprint.temp_c_before == 40.0 and r.drift.cosine is None
+    assert "lost" in r.error and path.name.endswith("-incomplete.json")
     # nothing measured yet: nothing written, the error unchanged
     b2 = Bench(tmp_path / "build", dev, resolve_settings(manifest, dev), BenchOptions(results_dir=tmp_path / "r2"))
     e = DeviceError("d", "x")

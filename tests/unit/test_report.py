@@ -137,7 +137,7 @@ def test_nan_in_a_result_file_is_refused_naming_the_field(tmp_path):
     r = make_result(seed=1)
     r["summary"]["peak_rss_mb"] = float("nan")
     written = write_result(tmp_path / "ours", r)
-    assert read_result(written)["summary"]["peak_rss_mb"] is None
+    assert read_result(written).summary.peak_rss_mb is None
     (tmp_path / "a.json").write_text(json.dumps(r))                      # json writes NaN by default
     with pytest.raises(ResultError, match=r"a.json: 'summary.peak_rss_mb': Input should be a finite number"):
         write_report([tmp_path / "a.json"], tmp_path / "out")

@@ -106,7 +106,7 @@ def test_write_result_never_overwrites(tmp_path, monkeypatch):
     monkeypatch.setattr(schema, "result_filename", lambda r: "same.json")
     paths = [schema.write_result(tmp_path, _result(samples_ms=[float(i), 1.0])) for i in range(3)]
     assert [p.name for p in paths] == ["same.json", "same-2.json", "same-3.json"]
-    assert [schema.read_result(p)["samples_ms"][0] for p in paths] == [0.0, 1.0, 2.0]
+    assert [schema.read_result(p).samples_ms[0] for p in paths] == [0.0, 1.0, 2.0]
     assert sorted(x.name for x in tmp_path.iterdir()) == ["same-2.json", "same-3.json", "same.json"]  # no temp files
 
 

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _results(d: Path) -> list[dict]:
-    return [read_result(p) for p in sorted(Path(d).glob("*.json"))]
+    return [read_result(p).to_json() for p in sorted(Path(d).glob("*.json"))]
 
 
 def test_fp32_and_int8_match_host_verify_and_feed_report_compare_gate(cli, web_builds, web_lab, tmp_path,
