@@ -112,8 +112,8 @@ def cmd_report(args) -> int:
     if s.results:
         con.print(t)
     for e in s.load or []:      # edgeforge load results: one line each, with the SLO pick
-        rec = (e["analysis"].get("recommendation") or {}).get("line")
-        con.print(f"load {e['id']}: {e['label']} on {e['device']['name']}, {len(e['levels'])} levels"
+        rec = e.analysis.recommendation.line if e.analysis.recommendation else None
+        con.print(f"load {e.id}: {e.label} on {e.device.name}, {len(e.levels)} levels"
                   + (", recommended:" if rec else ""), markup=False)
         if rec:
             con.print(rec, markup=False)

@@ -16,7 +16,8 @@ from pathlib import Path
 from ..errors import ResultError
 from ..results.knee import describe, figures, load_point, measured
 from ..results.load import is_load_document, read_load_result
-from ..results.report_doc import ReportSummary
+from ..results.load import LoadResult
+from ..results.report_doc import EntryArtifact, EntryRuntime, LoadDevice, LoadEntry, ReportSummary
 from . import fmt
 from .pairing import label, short
 
@@ -74,22 +75,23 @@ def split_load_paths(paths, on_skip: Callable[[Path, str], None] | None = None):
     return rest, loads
 
 
-def load_summary(loads: list[tuple[Path, dict]]) -> list[dict]:
+def load_summary(loads: list[tuple[Path, dict]]) -> list[LoadEntry]:
     """One entry per load result: what it measured on what, its levels' figures (raw samples
     left in the result file), its knees and SLO pick."""
     out = []
     for i, (path, r) in enumerate(loads, 1):
-        a, fp = r["artifact"], r["device"]["fingerprint"]
-        out.append({
-            "id": f"L{i}", "source": str(path), "created_at": r.get("created_at"), "label": label(r),
-            "artifact": {"sha256": a["sha256"], "short": short(a["sha256"]), "target": a["target"],
-                         "backend": a["backend"], "precision": a["precision"]},
-            "device": {"name": r["device"]["name"], "cpu_model": fp.get("cpu_model"), "cores": fp.get("cores"),
-                       "emulated": r.get("emulated") or fp.get("emulated")},
-            "runtime": {"name": r["runtime"].get("name"), "version": r["runtime"].get("version")},
-            "settings": r["settings"],
-            "levels": [{k: lv.get(k) for k in _FIGURE_KEYS} for lv in r["levels"]],
-            "analysis": _analysis(r)})
+        t = LoadResult.model_validate(r)
+        a, fp, extra = t.artifact, t.device.fingerprint, t.model_extra or {}
+        out.append(LoadEntry(
+            id=f"L{i}", source=str(path), created_at=extra.get("created_at"), label=label(r),
+            artifact=EntryArtifact(sha256=a.sha256, short=short(a.sha256), target=a.target, backend=a.backend,
+                                   precision=a.precision),
+            device=LoadDevice(name=t.device.name, cpu_model=fp.cpu_model, cores=(fp.model_extra or {}).get("cores"),
+                              emulated=extra.get("emulated") or (fp.model_extra or {}).get("emulated")),
+            runtime=EntryRuntime(name=t.runtime.name, version=t.runtime.version),
+            settings=r["settings"],                      # as written (a level stays the mapping knee reads)
+            levels=[{k: lv.get(k) for k in _FIGURE_KEYS} for lv in r["levels"]],
+            analysis=_analysis(r)))
     return out
 
 
@@ -112,24 +114,27 @@ def _analysis(r: dict) -> dict:
     slo = a.get("slo_p99_ms") if _real(a.get("slo_p99_ms")) and a["slo_p99_ms"] > 0 else None
     rec = a.get("recommendation")
     rec = dict(rec, level=level(rec.get("level")), line=str(rec.get("line") or "")) if isinstance(rec, dict) else None
-    return {**a, "knees": knees, "slo_p99_ms": slo, "recommendation": rec}
+    out = {**a, "knees": knees, "slo_p99_ms": slo, "recommendation": rec}
+    if not _real(out.get("knee_gain", 0.1)):
+        del out["knee_gain"]                   # a gain that is no number: the default (10 %)
+    return out
 
 
-def _title(e: dict) -> str:
-    emu = f" - emulated ({e['device']['emulated']}): timings not meaningful" if e["device"]["emulated"] else ""
-    return f"{e['id']} {e['label']} {e['artifact']['short']} on {e['device']['name']}{emu}"
+def _title(e: LoadEntry) -> str:
+    emu = f" - emulated ({e.device.emulated}): timings not meaningful" if e.device.emulated else ""
+    return f"{e.id} {e.label} {e.artifact.short} on {e.device.name}{emu}"
 
 
-def _marks(e: dict) -> tuple[set, int | None]:
-    knees = {k["knee"] for k in e["analysis"]["knees"] if k["knee"] is not None}
-    rec = e["analysis"].get("recommendation") or {}
-    return knees, rec.get("level")
+def _marks(e: LoadEntry) -> tuple[set, int | None]:
+    knees = {k.knee for k in e.analysis.knees if k.knee is not None}
+    rec = e.analysis.recommendation
+    return knees, rec.level if rec else None
 
 
-def _rows(e: dict) -> list[list[str]]:
+def _rows(e: LoadEntry) -> list[list[str]]:
     knees, pick = _marks(e)
     rows = []
-    for i, lv in enumerate(e["levels"]):
+    for i, lv in enumerate(e.levels):
         if lv.get("skipped"):
             rows.append([f"{lv['sessions']}: {describe(lv)}", "skipped: " + lv["skipped"]] + [""] * 9)
             continue
@@ -146,23 +151,22 @@ _HEADER = ["level", "inf/s", "samples/s", "p50 ms", "p90 ms", "p99 ms", "max ms"
            "peak RSS MB", ""]
 
 
-def _verdicts(e: dict) -> list[str]:
+def _verdicts(e: LoadEntry) -> list[str]:
     out = []
-    for k in e["analysis"]["knees"]:
-        name = (f"{k.get('sessions')} session{'s' if k.get('sessions') == 'own' else ''}, "
-                f"threads {k.get('threads')}, batch {k.get('batch')}")
-        if k["knee"] is None:
+    for k in e.analysis.knees:
+        name = f"{k.sessions} session{'s' if k.sessions == 'own' else ''}, threads {k.threads}, batch {k.batch}"
+        if k.knee is None:
             out.append(f"No knee ({name}): throughput still grows by 10% or more at the last level.")
         else:
-            lv = e["levels"][k["knee"]]
+            lv = e.levels[k.knee]
             out.append(f"Knee ({name}): {describe(lv)}: {figures(lv)}; beyond it throughput grows by less than "
-                       f"{e['analysis'].get('knee_gain', 0.1) * 100:.0f}% while p99 rises.")
-    rec, slo = e["analysis"].get("recommendation"), e["analysis"].get("slo_p99_ms")
-    if rec and rec.get("line"):
-        out.append(f"Recommended for p99 <= {slo:g} ms: `{rec['line']}`." if slo is not None
-                   else f"Recommended: `{rec['line']}` (the result records no SLO).")
-    if e["device"]["emulated"]:
-        out.append(f"Emulated device ({e['device']['emulated']}): these timings are not performance figures.")
+                       f"{e.analysis.knee_gain * 100:.0f}% while p99 rises.")
+    rec, slo = e.analysis.recommendation, e.analysis.slo_p99_ms
+    if rec and rec.line:
+        out.append(f"Recommended for p99 <= {slo:g} ms: `{rec.line}`." if slo is not None
+                   else f"Recommended: `{rec.line}` (the result records no SLO).")
+    if e.device.emulated:
+        out.append(f"Emulated device ({e.device.emulated}): these timings are not performance figures.")
     return out
 
 
@@ -171,11 +175,11 @@ def markdown_lines(summary: ReportSummary) -> list[str]:
         return []
     lines = ["", "## Load curves", ""]
     for e in summary.load:
-        s = e["settings"]
+        s = e.settings
         lines += [f"### {fmt.md_text(_title(e))}", "",
-                  fmt.md_text(f"{e['runtime']['name']} {e['runtime']['version']} on {e['device']['cpu_model']}, "
+                  fmt.md_text(f"{e.runtime.name} {e.runtime.version} on {e.device.cpu_model}, "
                               f"{s['duration_s']:g} s per level after {s['warmup_s']:g} s of warm-up "
-                              f"({s.get('mode', 'closed')} loop); from ") + f"{fmt.md_code(e['source'])}.", "",
+                              f"({s.get('mode', 'closed')} loop); from ") + f"{fmt.md_code(e.source)}.", "",
                   "| " + " | ".join(_HEADER) + " |", "|" + "|".join("---" for _ in _HEADER) + "|"]
         lines += ["| " + " | ".join(fmt.md_text(c) for c in row) + " |" for row in _rows(e)]
         lines += [""] + [f"- {fmt.md_text(v)}" for v in _verdicts(e)] + [""]
@@ -201,13 +205,13 @@ def html_parts(summary: ReportSummary) -> list[str]:
     return parts
 
 
-def curve_svg(e: dict) -> str | None:
+def curve_svg(e: LoadEntry) -> str | None:
     """Throughput (x) against p99 (y) for one load result; the knee ringed, the SLO pick starred,
     the SLO drawn as a dashed line."""
     from ..results.knee import series as series_of
     from .plots import figure, to_svg
 
-    levels = e["levels"]
+    levels = e.levels
     groups = series_of(levels)
     if not groups:
         return None
@@ -230,7 +234,7 @@ def curve_svg(e: dict) -> str | None:
                             fontweight="bold", color=line.get_color())
             if i == pick:
                 ax.plot([x], [y], marker="*", markersize=14, color="black", linestyle="none")
-    slo = e["analysis"].get("slo_p99_ms")
+    slo = e.analysis.slo_p99_ms
     if slo:
         ax.axhline(slo, linestyle="--", color="#888", linewidth=1)
         ax.annotate(f"SLO p99 {slo:g} ms", (1.0, slo), xycoords=("axes fraction", "data"), ha="right",
@@ -243,5 +247,5 @@ def curve_svg(e: dict) -> str | None:
     ax.set_title(_title(e), loc="left", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return to_svg(fig, f"load{e['id']}")
+    return to_svg(fig, f"load{e.id}")
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .schema import Summary
+from .schema import Drift, Summary
 
 REPORT_SCHEMA = "edgeforge.report/1"
 
@@ -69,11 +69,6 @@ class EntryRuntime(_Doc):
     load: Optional[LoadTimes] = None
 
 
-class EntryDrift(_Doc):
-    top1_agreement: Optional[float] = None
-    cosine: Optional[float] = None
-
-
 class OpShare(_Doc):
     op: str
     share: float
@@ -112,7 +107,7 @@ class Entry(_Doc):
     settings: dict[str, Any] = {}
     n_samples: int
     summary: Summary                         # the bench's; p50 from the samples when it had none
-    drift: Optional[EntryDrift] = None
+    drift: Optional[Drift] = None
     figure: Optional[Figure] = None
     transfer: Any = None
     profile: Optional[EntryProfile] = None
@@ -161,14 +156,15 @@ class Pair(_Doc):
 
 
 class FingerprintDoc(_Doc):
+    """A stable device fingerprint, the devices and runtimes seen with it (other facts kept)."""
     id: str
-    devices: list[str] = []
-    runtimes: list[str] = []
     cpu_model: Any = None
     kernel: Any = None
     cores: Any = None
     governor: Any = None
     browser: Any = None
+    devices: list[str] = []
+    runtimes: list[str] = []
 
 
 class ArtifactDoc(_Doc):
@@ -184,6 +180,8 @@ class ArtifactDoc(_Doc):
 
 
 class Statistics(_Doc):
+    test: str = ""
+    interval: str = ""
     alpha: float
     min_change: float
 
@@ -191,6 +189,49 @@ class Statistics(_Doc):
 class Skipped(_Doc):
     source: str
     reason: str
+
+
+class Knee(_Doc):
+    """One series' knee: the index of its level (None: throughput still grows)."""
+    knee: Optional[int] = None
+    sessions: Any = None
+    threads: Any = None
+    batch: Any = None
+
+
+class Recommendation(_Doc):
+    level: Optional[int] = None
+    line: str = ""
+
+
+class LoadAnalysis(_Doc):
+    """A load result's ``analysis`` as far as it holds together (``report.loadcurve._analysis``)."""
+    knees: list[Knee] = []
+    slo_p99_ms: Optional[float] = None
+    recommendation: Optional[Recommendation] = None
+    knee_gain: float = 0.1
+
+
+class LoadDevice(_Doc):
+    name: str
+    cpu_model: Any = None
+    cores: Any = None
+    emulated: Optional[str] = None
+
+
+class LoadEntry(_Doc):
+    """One load result in the report (L1, L2, ...): its levels' figures (raw samples left in the
+    file), its knees and SLO pick. A level stays the mapping ``results.knee`` reads."""
+    id: str
+    source: str
+    created_at: Optional[str] = None
+    label: str
+    artifact: EntryArtifact
+    device: LoadDevice
+    runtime: EntryRuntime = EntryRuntime()
+    settings: dict[str, Any] = {}
+    levels: list[dict[str, Any]] = []
+    analysis: LoadAnalysis = LoadAnalysis()
 
 
 class ReportSummary(_Doc):
@@ -203,7 +244,7 @@ class ReportSummary(_Doc):
     results: list[Entry] = []
     int8_vs_float: list[Pair] = []
     skipped: list[Skipped] = []
-    load: Any = None                          # report.loadcurve.load_summary
+    load: list[LoadEntry] = []                # report.loadcurve.load_summary
 
     def to_json(self) -> dict:
         """``summary.json``: every key as built (extras included), by its JSON names."""

@@ -69,8 +69,8 @@ def test_report_draws_load_curves_beside_bench_results(tmp_path):
     assert [p for p, _ in load_results([d])] == [bench]
     out = write_report([d], tmp_path / "report")
     s = out["summary"]
-    assert len(s.results) == 1 and [e["source"] for e in s.load] == [str(load)]
-    assert s.load[0]["analysis"]["recommendation"]["level"] == 1
+    assert len(s.results) == 1 and [e.source for e in s.load] == [str(load)]
+    assert s.load[0].analysis.recommendation.level == 1
     assert any("incomplete load run" in x.reason for x in s.skipped)
     md = out["markdown"].read_text()
     assert "## Load curves" in md and "threads 2, batch 1, 2 concurrent requests: 190 inf/s" in md
