@@ -36,7 +36,8 @@ def _flag(model: type[BaseModel], name: str, flag: str) -> bool:
 
 
 class Section(BaseModel):
-    """A meta section: its named fields typed, others kept as written."""
+    """A meta section: its named fields and sub-sections declared (leaf values kept exactly as
+    the pass wrote them: a timing stays the number it was), others kept as written."""
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
@@ -46,34 +47,34 @@ class Section(BaseModel):
 
 class SpeedRow(Section):
     """``accuracy_budget.speed[]``: one INT8 variant timed on the host."""
-    variant: Optional[str] = None
-    chosen: Optional[bool] = None
-    p50_ms: Optional[float] = measured()
+    variant: Any = None
+    chosen: Any = None
+    p50_ms: Any = measured()
 
 
 class Attempt(Section):
     """``accuracy_budget.attempts[]``: one quantization tried by the budget's search."""
-    algo: Optional[str] = None
-    at_s: Optional[float] = measured()
+    algo: Any = None
+    at_s: Any = measured()
 
 
 class Cost(Section):
     """``accuracy_budget.cost``: what the float layers cost against plain INT8."""
-    p50_ms: Optional[float] = measured()
-    p50_ms_int8: Optional[float] = measured()
+    p50_ms: Any = measured()
+    p50_ms_int8: Any = measured()
 
 
 class AccuracyBudget(Section):
-    met: Optional[bool] = None
-    final: Optional[dict[str, Any]] = None
-    final_drop: Optional[float] = None
-    keep_float: Optional[list[str]] = None
-    arithmetic: Optional[str] = None
-    seconds: Optional[float] = measured()
+    met: Any = None
+    final: Any = None
+    final_drop: Any = None
+    keep_float: Any = None
+    arithmetic: Any = None
+    seconds: Any = measured()
     attempts: list[Attempt] = []
     speed: list[SpeedRow] = []
     cost: Optional[Cost] = None
-    op_sets: Optional[list[dict[str, Any]]] = None
+    op_sets: Any = None
 
 
 class Scheme(Section):
@@ -82,37 +83,37 @@ class Scheme(Section):
 
 
 class Quantization(Section):
-    algo: Optional[str] = None
+    algo: Any = None
     scheme: Optional[Scheme] = None
-    arithmetic: Optional[dict[str, Any]] = None
+    arithmetic: Any = None
     pre_process: Any = None
     op_types: Any = None
-    float_weights: Optional[list[str]] = None
-    fast_kl: Optional[dict[str, Any]] = None
-    degenerate_ranges: Optional[dict[str, Any]] = None
+    float_weights: Any = None
+    fast_kl: Any = None
+    degenerate_ranges: Any = None
 
 
 class Verify(Section):
-    status: Optional[str] = None
+    status: Any = None
     reason: Any = None
     host_cpu_flags: Any = measured()
 
 
 class Qat(Section):
-    entered: Optional[bool] = None
-    shipped: Optional[str] = None
-    why: Optional[str] = None
-    seconds: Optional[float] = measured()
+    entered: Any = None
+    shipped: Any = None
+    why: Any = None
+    seconds: Any = measured()
     host: Any = measured()
 
 
 class Prune(Section):
-    met: Optional[bool] = None
+    met: Any = None
     host: Any = measured()
 
 
 class Nms(Section):
-    where: Optional[str] = None
+    where: Any = None
     postprocess: Any = None
 
 
