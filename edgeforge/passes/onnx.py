@@ -21,7 +21,7 @@ def paddle2onnx_convert(model_dir: str, out_file: str, opset: int, nms: str = "g
     import tempfile
 
     from ..paddle_env import PIR_FILE, import_paddle, is_pir
-    from .legalize.pir_json import for_paddle2onnx
+    from .legalize.pir_json import adaptive_pool_sizes, for_paddle2onnx
     from .onnx_graph import fix_converted
     from .onnx_nms import program_nms_attrs
     from .pir_nms import cut_matrix_nms
@@ -46,11 +46,11 @@ def paddle2onnx_convert(model_dir: str, out_file: str, opset: int, nms: str = "g
         if matrix is not None:
             fixed.write_text(json.dumps(program, separators=(",", ":")))
             rewrites.append({"rewrite": "nms-to-postprocess", "ops": 1, "postprocess": matrix})
-        nms_attrs = program_nms_attrs(program)
+        nms_attrs, pools = program_nms_attrs(program), adaptive_pool_sizes(program)
         paddle2onnx.export(str(fixed), str(params), out_file, opset_version=opset, enable_onnx_checker=True,
                            deploy_backend="onnxruntime", optimize_tool="none")
     if Path(out_file).is_file():
-        rewrites += fix_converted(out_file, nms_attrs, nms)
+        rewrites += fix_converted(out_file, nms_attrs, nms, pools)
     return rewrites
 
 
@@ -85,7 +85,7 @@ class OnnxConfig(PassConfig):
 @register
 class OnnxConvertPass(Pass):
     name = "convert.onnx"
-    version = 5
+    version = 6
     consumes = frozenset({PADDLE_FLOAT})
     produces = ONNX
     Config = OnnxConfig
@@ -153,9 +153,11 @@ class OnnxFp16Pass(Pass):
 def check_converted(pass_name: str, path: Path) -> None:
     """Refuse an ONNX model that onnxruntime would crash on, naming the node.
 
-    paddle2onnx 1.3.1 converts ``adaptive_avg_pool2d``/``adaptive_max_pool2d`` whose output is
-    larger than its input (vgg16 and alexnet at inputs below 224x224: 1x1 -> 7x7) into a pool with
-    stride 0, and onnxruntime then divides by zero (SIGFPE, the whole process dies)."""
+    paddle2onnx (1.3.1 and 2.1) converts ``adaptive_avg_pool2d``/``adaptive_max_pool2d`` whose
+    output is larger than its input (vgg16 and alexnet at inputs below 224x224: 1x1 -> 7x7) into a
+    pool with stride 0, and onnxruntime then divides by zero (SIGFPE, the whole process dies).
+    An integer factor is rewritten before this (``upsampling-pool-to-resize``, both routes);
+    what is left here upsamples by a non-integer factor (2x2 -> 3x3)."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
@@ -168,6 +170,7 @@ def check_converted(pass_name: str, path: Path) -> None:
             raise PassError(
                 pass_name,
                 f"paddle2onnx wrote {node.op_type} '{node.name}' with strides {strides} (from an adaptive "
-                f"pool whose output is larger than its input); onnxruntime would divide by zero",
+                f"pool whose output is larger than its input, by a non-integer factor); onnxruntime "
+                f"would divide by zero",
                 hint="use an input size at which the feature map reaching the adaptive pool is at least its "
-                     "output size (224x224 for vgg16/alexnet), or --backend lite")
+                     "output size or divides it (224x224 for vgg16/alexnet), or --backend lite")

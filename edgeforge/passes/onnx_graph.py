@@ -18,6 +18,14 @@
   free in the model's inputs; paddle2onnx 2.1 writes ``DynamicDimension.N`` for them (measured),
   and should a converter write a size there instead it becomes ``<input>_dim<i>`` again
   (:func:`symbolic_free_dims`; ``nodes``: the dimensions made free).
+- ``upsampling-pool-to-resize``: an adaptive pool whose output is an integer multiple of its
+  input (PP-LiteSeg's context module at 64x64: 2x2 -> 4x4; vgg16's 1x1 -> 7x7) becomes an
+  ``AveragePool``/``MaxPool`` with strides ``[0, 0]`` (input // output), and onnxruntime refuses
+  or divides by zero. Every bin then holds one input pixel, so both poolings are nearest
+  replication: a ``Resize`` (nearest, asymmetric, floor) by the factor, bit-identical. The
+  legalize rewrite ``upsampling-pool-to-expand`` does this on a legacy program; this fix serves
+  the PIR route, whose program legalize does not rewrite (:func:`fix_upsampling_pools`; sizes
+  from the program, :func:`.legalize.pir_json.adaptive_pool_sizes`).
 """
 from __future__ import annotations
 
@@ -61,12 +69,43 @@ def drop_identities(model) -> int:
     return len(renames)
 
 
-def fix_converted(path, nms_attrs: list[dict] | None = None, nms: str = "graph") -> list[dict]:
+def fix_upsampling_pools(model, pools: dict[str, tuple[list[int], list[int]]]) -> int:
+    """Each pool with a stride <= 0 whose output ``pools`` knows (``(input [H, W], output [H,
+    W])``), with the input as its kernel (paddle2onnx's stride-0 form) and the output an integer
+    multiple of it, becomes a nearest ``Resize`` by that multiple. Others stay (convert.onnx
+    refuses them, naming the node)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph, n = model.graph, 0
+    for i, node in enumerate(list(graph.node)):
+        if node.op_type not in ("AveragePool", "MaxPool") or len(node.output) < 1:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        strides, sizes = list(attrs.get("strides") or []), pools.get(node.output[0])
+        if not strides or min(strides) > 0 or sizes is None or any(attrs.get(k) for k in ("pads", "dilations")):
+            continue
+        (h, w), (oh, ow) = sizes
+        if list(attrs.get("kernel_shape") or []) != [h, w] or oh % h or ow % w:
+            continue
+        scales = f"{node.output[0]}.upsample_scales"
+        graph.initializer.append(numpy_helper.from_array(np.array([1, 1, oh // h, ow // w], np.float32), scales))
+        resize = helper.make_node("Resize", [node.input[0], "", scales], [node.output[0]], name=f"{node.name}.resize",
+                                  mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        graph.node.remove(node)
+        graph.node.insert(i, resize)
+        n += 1
+    return n
+
+
+def fix_converted(path, nms_attrs: list[dict] | None = None, nms: str = "graph",
+                  pools: dict | None = None) -> list[dict]:
     """The fixes, in place on the ONNX file at ``path``; returns what was changed,
     ``[{"rewrite": name, "nodes": n}]``. ``nms_attrs``: the program's ``multiclass_nms3``
     attributes (:func:`.onnx_nms.program_nms_attrs`); ``nms``: the target's ``[backend.onnx]
     nms``: "graph" (NMS in the graph, at any batch) or "postprocess" (the graph ends before
-    it: the record's ``postprocess`` is the NMS the runner applies)."""
+    it: the record's ``postprocess`` is the NMS the runner applies). ``pools``: the program's
+    adaptive pools (:func:`fix_upsampling_pools`)."""
     import onnx
 
     from .onnx_nms import batch_multiclass_nms, cut_multiclass_nms
@@ -80,6 +119,7 @@ def fix_converted(path, nms_attrs: list[dict] | None = None, nms: str = "graph")
         return int(cut["postprocess"] is not None)
 
     fixes = {"drop-identity": drop_identities,
+             "upsampling-pool-to-resize": lambda m: fix_upsampling_pools(m, pools or {}),
              **({"nms-to-postprocess": to_postprocess} if nms == "postprocess" else
                 {"multiclass-nms-batched": lambda m: batch_multiclass_nms(m, nms_attrs or [])})}
     for name, fix in fixes.items():

@@ -36,19 +36,18 @@ def _project(tmp_path, body: str, shape: list[int]):
     return tiny_project(tmp_path / "p", "routes", src, shape, samples=8)
 
 
-def test_a_failure_on_the_pir_route_falls_back_to_the_legacy_route(tmp_path):
-    # an adaptive pool that upsamples (1x1 -> 3x3, vgg16 at 32x32): paddle2onnx writes a pool
-    # with strides [0, 0] from the PIR program; legalize's rewrite fixes the legacy program
-    root = _project(tmp_path, "return paddle.reshape(self.pool(self.conv(x)), [-1, 36])", [-1, 4, 1, 1])
+def test_an_upsampling_adaptive_pool_builds_on_the_pir_route(tmp_path):
+    # adaptive pools that upsample by an integer factor (1x1 -> 3x3, vgg16 at 32x32; 2x2 -> 4x4,
+    # PP-LiteSeg's context module at 64x64): paddle2onnx writes them from the PIR program with
+    # strides [0, 0]; convert.onnx makes them a nearest Resize (legalize rewrites legacy programs only)
+    body = "y = self.conv(x)\nreturn paddle.reshape(self.pool(y) + F.adaptive_max_pool2d(y, [3, 6])[:, :, :, :3], [-1, 36])"
+    root = _project(tmp_path, body, [-1, 4, 1, 1])
     res = run_cli("build", str(root), "--target", "linux-x86", "--precision", "fp32", "--out", str(tmp_path / "o"))
     assert res.returncode == 0, res.stderr
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
-    export = manifest["export"]
-    assert export["route"] == "legacy" and export["route_fallback"]["from"] == "pir", export
-    assert "strides [0, 0]" in export["route_fallback"]["reason"]
-    assert manifest["verify"]["status"] == "passed"
-    assert [r["rewrite"] for r in manifest["rewrites"]] == ["upsampling-pool-to-expand"]
-    assert "program route: legacy (the pir route failed: pass convert.onnx" in " ".join(res.stdout.split())
+    assert manifest["export"]["route"] == "pir" and "route_fallback" not in manifest["export"], manifest["export"]
+    assert {"rewrite": "upsampling-pool-to-resize", "nodes": 2} in manifest["converter_fixes"]
+    assert manifest["verify"]["status"] == "passed" and manifest["verify"]["rel_max_abs_error"] < 1e-5
 
 
 @pytest.mark.needs_lite

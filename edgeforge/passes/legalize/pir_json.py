@@ -82,3 +82,49 @@ def for_paddle2onnx(src: Path, dst: Path) -> list[dict]:
             counts[name] += fix(op)
     Path(dst).write_text(json.dumps(program, separators=(",", ":")))
     return [{"rewrite": name, "ops": n} for name, n in counts.items() if n]
+
+
+# the PIR ops of adaptive pooling, and their names in paddle2onnx 2.1's ONNX output
+_ADAPTIVE_POOLS = {"1.pool2d": "pd_op.pool2d", "1.max_pool2d_with_index": "pd_op.max_pool2d_with_index"}
+
+
+def _dims(value: dict) -> list[int] | None:
+    tt = value.get("TT") if isinstance(value, dict) else None
+    data = tt.get("D") if isinstance(tt, dict) else None
+    if isinstance(data, list) and len(data) > 1 and isinstance(data[1], list):
+        return [int(d) for d in data[1]]
+    return None
+
+
+def _attr(op: dict, name: str):
+    for attr in op.get("A") or []:
+        if isinstance(attr, dict) and attr.get("N") == name:
+            return (attr.get("AT") or {}).get("D")
+    return None
+
+
+def adaptive_pool_sizes(program: dict) -> dict[str, tuple[list[int], list[int]]]:
+    """The adaptive NCHW 2-D pools of a PIR program with static spatial sizes, by the name
+    paddle2onnx 2.1 gives their ONNX output (``p2o.pd_op.pool2d.<k>.0``: the k-th op of that
+    type in program order): ``(input [H, W], output [H, W])``. paddle2onnx writes such a pool
+    with stride ``input // output``, 0 when it upsamples; :func:`..onnx_graph.fix_upsampling_pools`
+    needs the output size, which the ONNX node no longer holds."""
+    shapes: dict[int, list[int]] = {}
+    counts: dict[str, int] = {}
+    found: dict[str, tuple[list[int], list[int]]] = {}
+    for op in program_ops(program.get("program", program)):
+        for out in op.get("O") or []:
+            if isinstance(out, dict) and isinstance(out.get("%"), int) and _dims(out) is not None:
+                shapes[out["%"]] = _dims(out)
+        kind = _ADAPTIVE_POOLS.get(op.get("#"))
+        if kind is None:
+            continue
+        name = f"p2o.{kind}.{counts.get(kind, 0)}.0"
+        counts[kind] = counts.get(kind, 0) + 1
+        if not _attr(op, "adaptive") or _attr(op, "global_pooling") or _attr(op, "data_format") not in (None, "NCHW"):
+            continue
+        src = (op.get("I") or [{}])[0].get("%")
+        x, y = shapes.get(src), _dims((op.get("O") or [{}])[0])
+        if x and y and len(x) == 4 and len(y) == 4 and min(x[2:] + y[2:]) > 0:
+            found[name] = (x[2:], y[2:])
+    return found
