@@ -56,12 +56,15 @@ def export_program(directory: str | Path, factory: str, out: str | Path, *, weig
     specs = [parse_input(t) for t in inputs or []] or declared_inputs(root, factory, "export")
     with tempfile.TemporaryDirectory(prefix="edgeforge-export-") as tmp, atomic_dir(out) as work:
         result = run_native("export", f"factory '{factory}'", export_model,
-                            (str(root.resolve()), factory, None if w is None else str(w), specs, str(work), fmt),
+                            (str(root.resolve()), factory, None if w is None else str(w), specs, str(work), fmt,
+                             None, False),
                             Path(tmp) / "export.log", timeout=_TIMEOUT_S,
                             hint="the model's own code ended the export process; run the factory by hand "
                                  "to see why")
         if "error" in result:
             cls, message, hint = result["error"]
+            if fmt == "pir" and message.startswith("paddle.jit.save (PIR) failed"):
+                cls, (message, hint) = "config", legacy_instead(message, directory, factory, out, weights, inputs)
             raise (ConfigError(message, hint=hint) if cls == "config" else PassError("export", message, hint=hint))
         files = []
         for f in sorted(work.glob("model.*")):
@@ -73,3 +76,22 @@ def export_program(directory: str | Path, factory: str, out: str | Path, *, weig
     return ExportResult(prefix=prefix, files=files, inputs=meta["inputs"], record=meta["export"],
                         next_step=f"edgeforge init DIR --from-inference {prefix}   (or [model] inference = "
                                   f"\"{prefix}\" in a project)")
+
+
+def legacy_instead(message: str, directory, factory: str, out, weights, inputs) -> tuple[str, str]:
+    """A PIR export that fails inside Paddle (PicoDet's ``multiclass_nms3``: PaddleDetection's
+    static branch appends a legacy op, which PIR refuses): a usage error (exit 2: ``--pir`` is
+    the wrong request for this model), one line naming the ``--legacy`` export of the same model,
+    which every target builds from (docs/export.md fact 26)."""
+    import shlex
+
+    from .init_toml import one_line
+
+    q = [shlex.quote(str(directory)), "--factory", shlex.quote(factory)]
+    q += ["--weights", shlex.quote(str(weights))] if weights is not None else []
+    for text in inputs or []:
+        q += ["--input", shlex.quote(text)]
+    command = one_line(f"edgeforge export {' '.join(q)} --legacy --out {shlex.quote(str(out))}")
+    return (f"{message.removesuffix('.')}; the legacy program exports: {command}",
+            f"then build from it: [model] inference = \"{one_line(str(Path(out) / PREFIX))}\" "
+            "(Paddle Lite and ONNX targets read it)")

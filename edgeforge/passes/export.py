@@ -128,13 +128,14 @@ def jit_save(paddle, layer, path: str, specs: list) -> dict:
 
 
 def export_model(root: str, factory: str, weights: str | None, inputs: list[dict], out_dir: str,
-                 route: str = "legacy", fold: dict | None = None) -> dict:
+                 route: str = "legacy", fold: dict | None = None, fallback: bool = True) -> dict:
     """The child's job: build the layer (wrapped in the ``[preprocess]`` fold, when given), probe
-    it with the declared inputs, save the program of ``route`` to ``out_dir/model``. Returns
-    ``{"ok": meta}`` or ``{"error": [class, message, hint]}`` (an edgeforge error is re-raised as
-    itself in the parent)."""
+    it with the declared inputs, save the program of ``route`` to ``out_dir/model`` (a failed PIR
+    export falls back to the legacy program unless ``fallback`` is false: ``edgeforge export
+    --pir``). Returns ``{"ok": meta}`` or ``{"error": [class, message, hint]}`` (an edgeforge
+    error is re-raised as itself in the parent)."""
     try:
-        return {"ok": _export(Path(root), factory, weights, inputs, Path(out_dir), route, fold)}
+        return {"ok": _export(Path(root), factory, weights, inputs, Path(out_dir), route, fold, fallback)}
     except EdgeforgeError as exc:
         cls = "config" if isinstance(exc, ConfigError) else "pass"
         message = exc.message
@@ -144,7 +145,7 @@ def export_model(root: str, factory: str, weights: str | None, inputs: list[dict
 
 
 def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], out_dir: Path, route: str,
-            fold: dict | None = None) -> dict:
+            fold: dict | None = None, fallback: bool = True) -> dict:
     import numpy as np
 
     from ..paddle_env import import_paddle
@@ -182,6 +183,8 @@ def _export(root: Path, factory: str, weights: str | None, inputs: list[dict], o
         except PassError as exc:
             for stray in out_dir.glob("model.*"):
                 stray.unlink()
+            if not fallback:
+                raise
             record.update(route="legacy", route_note=f"PIR export failed ({exc.message.removeprefix('pass export: ')}); "
                                                      "exported the legacy program instead")
             from ..quiet import TERMINAL

@@ -92,3 +92,62 @@ def test_export_never_replaces_files(senet, tmp_path):
     bad = run_cli("export", str(senet), "--factory", "senet.SENet", "--out", str(tmp_path / "n"))
     assert bad.returncode == 2 and "write it as module:Class" in bad.stderr and not (tmp_path / "n").exists()
     shutil.rmtree(out)
+
+
+# PaddleDetection's ops.multiclass_nms in a few lines: eager calls the C++ binding, static mode
+# appends the legacy op through LayerHelper, which a PIR trace refuses (PicoDet's PIR export:
+# "The type of '%BBoxes' in operator multiclass_nms3 should be one of [str, bytes, Variable]")
+NMS_NET = '''
+import paddle
+import paddle.nn as nn
+from paddle import _C_ops, in_dynamic_mode
+from paddle.base.layer_helper import LayerHelper
+
+ATTRS = dict(background_label=-1, score_threshold=0.05, nms_top_k=32, nms_threshold=0.5, keep_top_k=8,
+             nms_eta=1.0, normalized=False)
+
+
+def multiclass_nms(bboxes, scores):
+    if in_dynamic_mode():
+        out, _, num = _C_ops.multiclass_nms3(bboxes, scores, None, 0.05, 32, 8, 0.5, False, 1.0, -1)
+        return out, num
+    helper = LayerHelper("multiclass_nms3")
+    out = helper.create_variable_for_type_inference(dtype=bboxes.dtype)
+    index = helper.create_variable_for_type_inference(dtype="int32")
+    num = helper.create_variable_for_type_inference(dtype="int32")
+    helper.append_op(type="multiclass_nms3", inputs={"BBoxes": bboxes, "Scores": scores},
+                     outputs={"Out": out, "Index": index, "NmsRoisNum": num}, attrs=ATTRS)
+    return out, num
+
+
+class Det(nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2D(1, 7, 1)
+
+    def forward(self, x):
+        y = paddle.flatten(self.conv(x), 2)                       # [N, 7, 16]
+        boxes = paddle.transpose(y[:, :4], [0, 2, 1]) * 4.0 + paddle.to_tensor([0.0, 0.0, 8.0, 8.0])
+        return multiclass_nms(boxes, nn.functional.sigmoid(y[:, 4:]))
+'''
+
+
+def test_a_failed_pir_export_names_the_legacy_command(tmp_path):
+    import shlex
+
+    root = tmp_path / "code"
+    root.mkdir()
+    (root / "det.py").write_text(textwrap.dedent(NMS_NET))
+    out = tmp_path / "exported"
+    res = run_cli("export", str(root), "--factory", "det:Det", "--input", "x:-1,1,4,4", "--pir", "--out", str(out))
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert res.returncode == 2 and len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "multiclass_nms3" in errors[0] and not out.exists(), errors[0]
+    command = errors[0].split("the legacy program exports: ", 1)[1].split("; then build from it", 1)[0]
+    assert command.startswith("edgeforge export ") and " --legacy --out " in command, command
+    assert f'; then build from it: [model] inference = "{out / "inference"}"' in errors[0]
+    # the command, run as printed, writes the legacy program (the legacy-API patch is not needed:
+    # LayerHelper appends the legacy op itself)
+    again = run_cli(*shlex.split(command)[1:])
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["inference.pdiparams", "inference.pdmodel"]

@@ -395,6 +395,26 @@ def export(layer, prefix: Path, fmt: str, size: int) -> dict:
     return {"export": "legacy (export_compat.legacy_apis)", "plain_legacy_export": plain}
 
 
+def _factory(code: Path, name: str, layer) -> dict:
+    """The model's code as a user has it, for ``edgeforge export --factory``: ``code/suite_factory.py``
+    (builds the suite model) and the trained weights. Returns the export's arguments."""
+    import paddle
+
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "suite_factory.py").write_text(textwrap.dedent(f"""\
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from suite_models import build
+
+
+        def {name}():
+            return build({name!r})
+        """))
+    paddle.save(layer.state_dict(), str(code / "weights.pdparams"))
+    return {"dir": str(code), "factory": f"suite_factory:{name}", "weights": str(code / "weights.pdparams"),
+            "input": f"x:-1,3,{SIZES[name]},{SIZES[name]}"}
+
+
 def suite_project(root: Path, name: str, fmt: str, trained=None) -> tuple[Path, dict]:
     """Write the project: the exported program (``program/model``), calibration and evaluation
     data (with labels), ``[task]``. ``trained``: a (layer, data, facts) from :func:`train`
@@ -410,6 +430,7 @@ def suite_project(root: Path, name: str, fmt: str, trained=None) -> tuple[Path, 
     except Exception as exc:                    # noqa: BLE001 - the cell shows it
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
         facts["export_error"] = f"{type(exc).__name__}: {lines[0][:100]} … {lines[-1][:300]}"
+        facts["factory"] = _factory(root / "code", name, layer)
     (root / "program" / "model.pdiparams.info").unlink(missing_ok=True)
     task = {"classification": "", "segmentation": '[task]\nkind = "segmentation"\n',
             "detection": '[task]\nkind = "detection"\nmax_metric_drop = 10\n'}[KINDS[name]]
