@@ -141,7 +141,10 @@ def render(data: dict, rows: list[str]) -> str:
            "with `paddle.jit.save`, PIR `.json` and legacy `.pdmodel`. Cells: the task metric of the artifact "
            "(float in brackets) as verify measured it on the host; Lite arm: the `.nb`, INT8 simulated by "
            "Paddle Inference on the fake-quant program. ⊘: an exit-2 refusal before any pass, whose one "
-           "line names the command that works, or an export Paddle itself cannot write.",
+           "line names the command that works; for an export Paddle itself cannot write (PicoDet-S's PIR "
+           "trace stops in `multiclass_nms3`), `edgeforge export --pir` of the model's code refuses it in one "
+           "line naming the `--legacy` export, and the zoo runs that command as printed (the `-legacy` row "
+           "builds its program; docs/export.md fact 26).",
            "", *lines, ""]
     out += [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
     return "\n".join(out + ["", END, ""])
