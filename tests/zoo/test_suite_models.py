@@ -64,7 +64,10 @@ def _refusal(proj: ZooProject, column: str, tmp_path) -> Cell:
     names_command = any(w in res.stderr for w in ("edgeforge ", "FLAGS_enable_pir_api=0"))
     assert names_command, f"the refusal names no command: {res.stderr[-1000:]}"
     hint = next((ln for ln in res.stderr.splitlines() if ln.startswith("hint:")), "")
-    return Cell(True, "refused (exit 2)", limit=True, note=f"`{errors[0][:600]}`" + (f" `{hint[:300]}`" if hint else ""))
+    note = f"`{errors[0][:600]}`" + (f" `{hint[:300]}`" if hint else "")
+    for where in {os.path.relpath(r) for r in (proj.root, proj.root.resolve())} | {str(proj.root.resolve())}:
+        note = note.replace(f" {where} ", " PROJECT ")      # one note per kind of refusal
+    return Cell(True, "refused (exit 2)", limit=True, note=note)
 
 
 def _export_refusal(f: dict, tmp_path) -> Cell:
