@@ -109,7 +109,5 @@ def cmd_export(args) -> int:
     used = (res.record.get("legacy_api_patch") or {}).get("used") or {}
     print(f"program: {res.record.get('program')}"
           + (f"; Paddle 3.3 APIs written as legacy ops: {', '.join(sorted(used))}" if used else ""))
-    if res.record.get("route_note"):
-        print(f"note: {res.record['route_note']}")
     print(f"next: {res.next_step}")
     return ExitCode.OK
