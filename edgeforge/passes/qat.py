@@ -63,6 +63,7 @@ class QatPass(Pass):
     version = 1
     consumes = frozenset({ONNX, PADDLE_INT8})      # after quantize.onnx, or quantize.ptq (Lite)
     produces = ONNX
+    needs = frozenset({PADDLE_FLOAT})      # the float model: the reference its figures are against
     Config = QatConfig
 
     def __init__(self, config=None):
@@ -279,7 +280,7 @@ def _scheme(ctx: PassContext):
 def _paddle_reference(ctx: PassContext, feeds: dict) -> list:
     from ..paddle_env import paddle_inference
 
-    return paddle_inference(ctx.history[PADDLE_FLOAT].path, feeds)
+    return paddle_inference(ctx.needed(PADDLE_FLOAT, QatPass.name).path, feeds)
 
 
 def qat_config(project_qat, quant: QuantConfig, force: bool, opset: int,
