@@ -291,12 +291,10 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     written whole or not at all.
     """
     from .passes.base import PADDLE_FLOAT, PassContext
-    from .passes.export import pick_backend
 
     project = load_project(project_dir)
     opts, profile = BuildOptions.of(options, **overrides), load_target(target)
-    backend, backend_reason = pick_backend(project, profile, opts.backend)   # a PIR program: onnx
-    plan = (BuildOptions.of(opts, backend=backend) if backend_reason else opts).resolve(profile)
+    plan = opts.resolve(profile, project)       # the backend too: a PIR program goes to onnx
     profile, backend, precision = plan.target, plan.backend, plan.precision
     # Check the data before spending minutes on export.
     data = {which: project.load_data(which) for which in ("calibration", "evaluation")}
@@ -328,8 +326,8 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
             final, steps, fallback = _run_routes(project, plan, cache, source, ctx,
                                                  _after_export(project, labels, ctx, on_event))
             manifest = build_manifest(project, plan, final, steps, toolchain_versions())
-            if backend_reason:
-                manifest["backend_reason"] = backend_reason
+            if plan.backend_reason:
+                manifest["backend_reason"] = plan.backend_reason
             exported = ctx.history.get(PADDLE_FLOAT)
             manifest["export"] = exported.meta.export if exported is not None else None
             if fallback and manifest["export"] is not None:
@@ -347,11 +345,12 @@ def check(project_dir: str | Path, target: str, *, backend: str | None = None) -
     from .passes import legalize
     from .paddle_env import is_pir
     from .passes.base import PassContext
-    from .passes.export import ExportPass, pick_backend, routes_for
+    from .options import resolve_backend
+    from .passes.export import ExportPass, routes_for
 
     project = load_project(project_dir)
     profile = load_target(target)
-    backend = pick_backend(project, profile, backend)[0]
+    backend = resolve_backend(profile, backend, project)[0]
     routes_for(project, backend, profile)          # a PIR program for Lite: refused, naming what works
     bcfg = profile.backend_config(backend)
     vt = list(getattr(bcfg, "valid_targets", []))

@@ -93,3 +93,35 @@ def test_a_step_says_its_cache_source_once():
         assert [s.source for s in got] == [source] and not hasattr(got[0], "cache_hit")
     with pytest.raises(ValueError):
         StepDoc.model_validate({"pass": "verify", "seconds": 1.0, "source": "somewhere"})
+
+
+def test_precision_auto_is_a_value_of_its_own():
+    """None is the target's precision; "auto" a choice among builds, never one build."""
+    assert BuildOptions().precision is None and BuildOptions.of(precision="auto").precision == "auto"
+    x86 = load_target("linux-x86")
+    assert BuildOptions().resolve(x86).precision == x86.precision_for("onnx")
+    with pytest.raises(ConfigError, match="precision auto builds each precision") as exc:
+        BuildOptions.of(precision="auto").resolve(x86)
+    assert exc.value.exit_code == 2
+
+
+def test_what_a_runtime_cannot_run_is_the_targets_data(tmp_path):
+    x86 = load_target("linux-x86")
+    assert set(x86.backend.lite.refuse) == {"int8", "fp16"}
+    with pytest.raises(ConfigError, match="Paddle Lite fp16 needs an arm valid target") as exc:
+        BuildOptions.of(backend="lite", precision="fp16").resolve(x86)
+    assert exc.value.exit_code == 2 and exc.value.hint == "use --precision fp32"
+    # any backend of any profile can say it: a refusal written into a copy of rpi4
+    text = (REPO / "targets" / "rpi4.toml").read_text()
+    (tmp_path / "rpi4.toml").write_text(text.replace(
+        "[backend.onnx.scheme]", '[backend.onnx.refuse.fp16]\nreason = "no fp16 kernels on this board"\n\n'
+                                 "[backend.onnx.scheme]"))
+    rpi = load_target("rpi4", tmp_path)
+    with pytest.raises(ConfigError, match="no fp16 kernels on this board"):
+        BuildOptions.of(backend="onnx", precision="fp16").resolve(rpi)
+    assert BuildOptions.of(backend="onnx", precision="fp32").resolve(rpi).precision == "fp32"
+    # a Lite x86 profile that does not refuse what Lite x86 gets wrong does not load
+    bare = (REPO / "targets" / "linux-x86.toml").read_text().split("[backend.lite.refuse.int8]")
+    (tmp_path / "linux-x86.toml").write_text(bare[0] + "[quantization]" + bare[1].split("[quantization]", 1)[1])
+    with pytest.raises(ConfigError, match="must refuse int8 and fp16"):
+        load_target("linux-x86", tmp_path)
