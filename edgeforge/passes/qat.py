@@ -176,13 +176,11 @@ class QatPass(Pass):
         unless --calibration pinned another."""
         from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES, pre_process
         from ..quant.qat_ranges import FOLDED_ACTIVATIONS, onnx_overrides
-        from .quantize import OnnxQuantizePass, calibration_batches, quiet_stdout
+        from .quantize import OnnxQuantizePass, QuantRun, calibration_batches, quiet_stdout
 
         quant = self.config.quant
         algo = quant.algo if quant.algo_fixed else "avg"
-        q = OnnxQuantizePass(quant)
-        q.scheme = _scheme(ctx)
-        q.degenerate = {}            # tensors the histograms could not bin (quant/degenerate.py)
+        q, qrun = OnnxQuantizePass(quant), QuantRun(_scheme(ctx), calibration_batches(ctx, quant))
         pre = ctx.workdir / "qat" / "pre.onnx"
         with quiet_stdout():
             pre_process(fp32, pre)
@@ -190,10 +188,10 @@ class QatPass(Pass):
         record["learned_ranges"] = mapped
         ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model, "
                 f"{mapped['mapped']} learned range(s)")
-        out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
-                          list(quant.keep_float), {}, list(INT8_KERNEL_OP_TYPES) + list(FOLDED_ACTIVATIONS), overrides)
-        if q.degenerate:
-            record["degenerate_ranges"] = dict(q.degenerate)
+        out = q._quantize(qrun, pre, ctx.workdir / "qat" / "model.onnx", algo, list(quant.keep_float),
+                          list(INT8_KERNEL_OP_TYPES) + list(FOLDED_ACTIVATIONS), overrides)
+        if qrun.degenerate:
+            record["degenerate_ranges"] = dict(qrun.degenerate)
         return out, algo
 
     def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:
