@@ -18,7 +18,7 @@ from .errors import ConfigError, EdgeforgeError
 from .fsutil import atomic_dir, out_lock, writable_dir, write_json_atomic
 from .manifest import BUILD_SCHEMA, build_manifest, read_manifest
 from .options import BuildOptions, ResolvedBuild, resolve_precision
-from .passes.plan import plan_passes
+from .plan import plan_passes
 from .pipeline import Event, Pipeline
 from .project import Project, load_project
 from .targets import TargetProfile, load_target

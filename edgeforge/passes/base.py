@@ -7,8 +7,8 @@ against), a typed config, and which parts of the target profile its output depen
 into the cache key). The chain check (``pipeline.check_chain``) sees all of these before a pass
 runs. A pass keeps no state between runs: what one run works out lives in that run.
 
-:data:`REGISTRY` maps a pass's name to its class; the build plan (:mod:`.plan`) names passes and
-the registry resolves them.
+:data:`REGISTRY` maps a pass's name to its class; the build plan (:mod:`edgeforge.plan`) names
+passes and the registry resolves them.
 """
 from __future__ import annotations
 

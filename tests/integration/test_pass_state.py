@@ -11,7 +11,7 @@ from edgeforge.api import project_artifact
 from edgeforge.cache import Cache
 from edgeforge.options import BuildOptions
 from edgeforge.passes.base import PADDLE_FLOAT, PassContext
-from edgeforge.passes.plan import plan_passes
+from edgeforge.plan import plan_passes
 from edgeforge.pipeline import Pipeline, split_measured
 from edgeforge.project import load_project
 from edgeforge.targets import load_target

@@ -1,4 +1,4 @@
-"""The build plan as data (passes/plan.py), the chain check over what a pass needs, and the
+"""The build plan as data (plan.py), the chain check over what a pass needs, and the
 one field for a step's cache source."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from edgeforge.options import BuildOptions
 from edgeforge.passes.base import ONNX, PADDLE_FLOAT, PROJECT, REGISTRY, Artifact, PassContext
 from edgeforge.passes.onnx import OnnxConvertPass
 from edgeforge.passes.export import ExportPass
-from edgeforge.passes.plan import PLAN, REFUSALS, plan_passes, steps_for
+from edgeforge.plan import PLAN, REFUSALS, plan_passes, steps_for
 from edgeforge.passes.verify import VerifyPass
 from edgeforge.pipeline import Pipeline, StepRecord, check_chain
 from edgeforge.cache import Cache

@@ -4,7 +4,8 @@
 name; a step with a condition runs only when the build asks for it (``prune``, ``legalize``,
 ``qat``). :data:`REFUSALS` lists the options that do not combine, each with its message.
 :func:`plan_passes` reads both, builds each step's config (:data:`CONFIGS`) and resolves each
-name through :data:`~.base.REGISTRY`.
+name through :data:`edgeforge.passes.base.REGISTRY`. Outside the build code
+(``cache.BUILD_CODE``): what it decides is in each step's key (the pass, its config, its input).
 """
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Optional
 
-from ..cache import digest_files, sha256_file
-from ..errors import ConfigError
-from ..options import ResolvedBuild
-from ..project import Project
-from ..quant.budget import DEFAULT_MAX_SECONDS
+from .cache import digest_files, sha256_file
+from .errors import ConfigError
+from .options import ResolvedBuild
+from .project import Project
+from .quant.budget import DEFAULT_MAX_SECONDS
 # the pass modules: importing them registers their passes in REGISTRY
-from . import export, legalize, lite, onnx, prune, qat, quantize, verify
-from .base import REGISTRY, Pass
+from .passes import export, legalize, lite, onnx, prune, qat, quantize, verify
+from .passes.base import REGISTRY, Pass
 
 Flag = Literal["prune", "legalize", "qat"]
 
