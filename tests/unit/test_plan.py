@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +14,7 @@ from edgeforge.options import BuildOptions
 from edgeforge.passes.base import ONNX, PADDLE_FLOAT, PROJECT, REGISTRY, Artifact, PassContext
 from edgeforge.passes.onnx import OnnxConvertPass
 from edgeforge.passes.export import ExportPass
-from edgeforge.plan import PLAN, REFUSALS, plan_passes, steps_for
+from edgeforge.plan import PLAN, REFUSALS, check_combinations, plan_passes, steps_for
 from edgeforge.passes.verify import VerifyPass
 from edgeforge.pipeline import Pipeline, StepRecord, check_chain
 from edgeforge.cache import Cache
@@ -54,6 +55,17 @@ def test_refusals_are_data_with_their_messages():
         plan_passes(project, build)
     assert exc.value.exit_code == 2
     assert {r.both for r in REFUSALS} == {("fold", "qat"), ("fold", "prune"), ("prune", "qat")}
+    # [preprocess] fold = true with --qat or --prune; with both, the fold/qat line comes first
+    folded, plain = SimpleNamespace(fold={"input": "image"}), SimpleNamespace(fold=None)
+    cases = [(folded, True, None, "--qat trains the factory's layer, and [preprocess] fold = true"),
+             (folded, None, 0.3, "--prune rebuilds the factory's layer, and [preprocess] fold = true"),
+             (folded, True, 0.3, "--qat trains the factory's layer"),
+             (plain, True, 0.3, "--prune and --qat together")]
+    for project, qat, flops, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            check_combinations(project, SimpleNamespace(qat=qat), flops)
+    check_combinations(folded, SimpleNamespace(qat=False), None)     # --no-qat with fold: fine
+    check_combinations(plain, SimpleNamespace(qat=True), None)
 
 
 def test_the_chain_check_refuses_a_chain_without_the_float_model(tmp_path):
