@@ -140,14 +140,14 @@ def test_a_device_only_runner_edit_keeps_every_step_a_hit_and_a_host_one_rebuild
 
     def build():
         r = api.build(proj, "jetson-orin", out=tmp_path / "out", cache_dir=tmp_path / "cache")
-        return {s["pass"]: s["cache"] for s in r.manifest["steps"]}
+        return {s["pass"]: s["source"] for s in r.manifest["steps"]}
 
     cold = build()
-    assert set(cold.values()) == {"miss"}
+    assert set(cold.values()) == {"built"}
     for module in ("load.py", "bench.py", "smoke.py"):
         f = root / "runner" / module
         f.write_text(f.read_text() + "\n# a device-only edit\n")
-    assert build() == {p: "hit" for p in cold}
+    assert build() == {p: "local" for p in cold}
     metrics = root / "runner" / "metrics.py"
     metrics.write_text(metrics.read_text() + "\n# an edit to code verify runs\n")
     assert build() == cold          # every step's key holds the code digest: all rebuilt
