@@ -186,9 +186,9 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
             for mode in modes:
                 outcome.points.append(SweepPoint(prec, t, mode, bdir))
     manifests = {prec: read_manifest(b) for prec, b in builds.items()}
-    settings = {id(p): resolve_settings(manifests[p.precision], dev,
-                                        bench.model_copy(update={"threads": p.threads,
-                                                                 "power_mode": p.power_mode}))
+    # a point's threads and power mode are measurement options (BenchOptions.measure)
+    settings = {id(p): resolve_settings(manifests[p.precision], dev, bench.model_copy(update={
+                    "measure": bench.measure.model_copy(update={"threads": p.threads, "power_mode": p.power_mode})}))
                 for p in outcome.points}
     n = len(outcome.points)
 
