@@ -201,13 +201,12 @@ class QatPass(Pass):
         quant = self.config.quant
         algo = quant.algo if quant.algo_fixed else "avg"
         q = PaddlePTQPass(quant)
-        q.fast_kl = {}
         out = ctx.workdir / "qat" / "ptq"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         ctx.log(f"QAT: Paddle PTQ ({algo}) of the tuned program")
         return q._ptq(ctx.workdir / "qat" / "program", out, calibration_batches(ctx, quant), algo,
-                      list(quant.keep_float)), algo
+                      list(quant.keep_float), ({}, [])), algo
 
     def _time(self, ctx: PassContext, ptq: Path, qat: Path, record: dict) -> None:
         """Where the host runs the target's runtime: PTQ and QAT timed interleaved."""

@@ -102,13 +102,15 @@ class PaddlePTQPass(Pass):
     produces = PADDLE_INT8
     Config = QuantConfig
 
-    def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str]) -> Path:
+    def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str], found: tuple) -> Path:
+        """``found``: this run's (fast-KL record, weights Paddle's PTQ cannot take), filled in."""
+        fast_kl, odd_weights = found
         cfg: QuantConfig = self.config
-        with static_mode() as paddle, _fast_kl(algo, self.fast_kl), quiet_stdout(), \
+        with static_mode() as paddle, _fast_kl(algo, fast_kl), quiet_stdout(), \
                 private_scope(paddle) as (scope, exe):
             from paddle.static.quantization import PostTrainingQuantization
 
-            ptq = ptq_class(PostTrainingQuantization, self.odd_weights)(
+            ptq = ptq_class(PostTrainingQuantization, odd_weights)(
                 executor=exe, scope=scope, model_dir=str(float_dir),
                 model_filename="model.pdmodel", params_filename="model.pdiparams",
                 data_loader=lambda: iter(batches), batch_nums=len(batches), algo=algo,
@@ -129,8 +131,9 @@ class PaddlePTQPass(Pass):
         from ..quant.budget import paddle_layers, paddle_rank
 
         cfg: QuantConfig = self.config
-        self.fast_kl: dict = {}
-        self.odd_weights: list[dict] = []       # weights Paddle's PTQ cannot take: kept in float
+        # what this run finds (never kept on the pass): the fast-KL record, and the weights
+        # Paddle's PTQ cannot take (kept in float)
+        fast_kl, odd_weights = {}, []
         batches = calibration_batches(ctx, cfg)
         n_cal = sum(len(next(iter(b.values()))) for b in batches)
         scratch = ctx.workdir / "quantize-ptq"
@@ -140,7 +143,7 @@ class PaddlePTQPass(Pass):
 
         def quantize(algo: str, keep: list[str]) -> Path:
             ctx.log(f"PTQ {algo} on {n_cal} calibration samples ({len(keep)} layers in float)")
-            return self._ptq(inp.path, scratch / f"q{next(counter)}", batches, algo, keep)
+            return self._ptq(inp.path, scratch / f"q{next(counter)}", batches, algo, keep, (fast_kl, odd_weights))
 
         # Paddle Inference on the fake-quant program simulates the INT8 arithmetic on the host.
         model, meta, plain = search_and_fit(
@@ -153,8 +156,8 @@ class PaddlePTQPass(Pass):
         shutil.copytree(inp.path, out_dir / "float")
         meta.precision = "int8"
         meta.carry(inp.meta, "rewrites", "prune")
-        record_odd_weights(meta, self.odd_weights, ctx.log)
-        degenerate.note_fast_kl(meta, self.fast_kl, ctx.log)     # quantization.fast_kl, degenerate_ranges
+        record_odd_weights(meta, odd_weights, ctx.log)
+        degenerate.note_fast_kl(meta, fast_kl, ctx.log)     # quantization.fast_kl, degenerate_ranges
         if meta.accuracy_budget is not None:
             meta.accuracy_budget.simulated = True
             meta.accuracy_budget.note = "measured on the host with Paddle Inference on the fake-quant program"

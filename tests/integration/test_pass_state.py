@@ -8,11 +8,12 @@ from __future__ import annotations
 import copy
 
 from edgeforge.api import project_artifact
+from edgeforge.build_meta import split_measured
 from edgeforge.cache import Cache
 from edgeforge.options import BuildOptions
 from edgeforge.passes.base import PADDLE_FLOAT, PassContext
 from edgeforge.plan import plan_passes
-from edgeforge.pipeline import Pipeline, split_measured
+from edgeforge.pipeline import Pipeline
 from edgeforge.project import load_project
 from edgeforge.targets import load_target
 
@@ -32,7 +33,7 @@ def test_a_pass_instance_run_twice_gives_the_same_result(digits_project, tmp_pat
         pipeline = Pipeline(passes, Cache(tmp_path / f"cache{i}"))
         final, steps = pipeline.run(project_artifact(project), ctx)
         assert all(s.source.value == "built" for s in steps)       # both runs ran every pass
-        runs.append((split_measured(final.meta, pipeline.measured)[0], [(s.name, s.key) for s in steps],
+        runs.append((split_measured(final.meta)[0], [(s.name, s.key) for s in steps],
                      ctx.history[PADDLE_FLOAT].digest))
     assert [vars(p) for p in passes] == before, "a pass kept state from its run"
     (meta1, keys1, float1), (meta2, keys2, float2) = runs
