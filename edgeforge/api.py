@@ -18,6 +18,7 @@ from .errors import ConfigError, EdgeforgeError
 from .fsutil import atomic_dir, out_lock, writable_dir, write_json_atomic
 from .manifest import BUILD_SCHEMA, build_manifest, read_manifest
 from .options import BuildOptions, ResolvedBuild, resolve_precision
+from .plan import plan_passes
 from .pipeline import Event, Pipeline
 from .project import Project, load_project
 from .targets import TargetProfile, load_target
@@ -51,107 +52,6 @@ def project_artifact(project: Project):
         key = p.relative_to(project.root).as_posix() if p.is_relative_to(project.root) else p.as_posix()
         parts[key] = sha256_file(p)
     return Artifact(PROJECT, project.root, digest=sha256_json(parts))
-
-
-def plan_passes(project: Project, build: ResolvedBuild, route: str | None = None):
-    """The passes that make ``build`` of ``project``, in order; ``route``: the program format
-    export writes (``passes.export.routes_for``: the backend's first by default)."""
-    from .passes.export import ExportPass, routes_for
-    from .passes.legalize import LegalizeInt8Pass, LegalizePass
-    from .passes.lite import LiteConvertPass
-    from .passes.onnx import OnnxConvertPass, OnnxFp16Pass
-    from .passes.quantize import OnnxQuantizePass, PaddlePTQPass, QuantConfig
-    from .quant.budget import DEFAULT_MAX_SECONDS
-    from .passes.verify import VerifyPass
-
-    backend, precision, target = build.backend, build.precision, build.target
-    bcfg = build.backend_config
-    if project.fold is not None and build.qat:
-        raise ConfigError("--qat trains the factory's layer, and [preprocess] fold = true exports it "
-                          "wrapped: they do not combine", hint="drop --qat, or use fold = false")
-    qat_auto = project.spec.quantization.qat.auto and project.fold is None
-    q = target.quantization
-    eval_digest = _digest_or_empty(project.path(project.spec.data.evaluation))
-    if project.spec.data.label_output:      # which output the labels are for: part of what they mean
-        eval_digest += f"+label_output:{project.spec.data.label_output}"
-    qcfg = QuantConfig(algo=build.algo, algo_fixed=build.algo_fixed,
-                       calibration_batches=q.calibration_batches, batch_size=q.batch_size,
-                       per_channel_weights=q.per_channel_weights, keep_float=list(build.keep_float),
-                       max_accuracy_drop=build.max_accuracy_drop, min_cosine=build.min_cosine,
-                       calibration_search=build.calibration_search,
-                       float_fallback=build.float_fallback,
-                       max_seconds=(build.max_search_seconds or project.spec.quantization.max_seconds
-                                    or DEFAULT_MAX_SECONDS),
-                       data_digest=_digest_or_empty(project.path(project.spec.data.calibration)),
-                       eval_digest=eval_digest)
-    vt = build.valid_targets
-    prune = build.prune if build.prune is not None else project.spec.prune.flops
-    # prune saves a legacy program (prune_tune), and fold was checked on legacy programs only:
-    # the export takes that route for both
-    passes = [ExportPass(ExportPass.Config(route=route or ("legacy" if prune is not None or project.fold is not None
-                                                          else routes_for(project, backend, target)[0])))]
-    if prune is not None:
-        if project.fold is not None:
-            raise ConfigError("--prune rebuilds the factory's layer, and [preprocess] fold = true exports it "
-                              "wrapped: they do not combine", hint="drop --prune, or use fold = false")
-        if build.qat:
-            raise ConfigError("--prune and --qat together are not supported: QAT rebuilds the unpruned "
-                              "model from its factory", hint="drop one of them")
-        from .passes.prune import PruneConfig, PrunePass
-
-        sec = project.spec.prune
-        passes.append(PrunePass(PruneConfig(flops=prune, steps=sec.steps, max_seconds=sec.max_seconds,
-                                            lr=sec.lr, batch_size=sec.batch_size, quant=qcfg)))
-    qat_on = prune is None and build.qat is not False and (build.qat or qat_auto)
-    if build.legalize:
-        passes.append(LegalizePass(LegalizePass.Config(backend=backend, valid_targets=vt)))
-    if backend == "lite":
-        if precision == "int8":
-            passes.append(PaddlePTQPass(qcfg))
-            if qat_on:
-                from .passes.qat import QatPass, qat_config
-
-                passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat), 13,
-                                                 backend="lite")))
-            if build.legalize:
-                passes.append(LegalizeInt8Pass(LegalizeInt8Pass.Config(backend=backend,
-                                                                       valid_targets=vt)))
-        passes.append(LiteConvertPass(LiteConvertPass.Config(valid_targets=vt,
-                                                             fp16=precision == "fp16")))
-    else:
-        passes.append(OnnxConvertPass(OnnxConvertPass.Config(opset=bcfg.opset, nms=bcfg.nms)))
-        if precision == "int8":
-            passes.append(OnnxQuantizePass(qcfg))
-            if qat_on:
-                from .passes.qat import QatPass, qat_config
-
-                passes.append(QatPass(qat_config(project.spec.quantization.qat, qcfg, bool(build.qat),
-                                                 bcfg.opset)))
-        elif precision == "fp16":
-            passes.append(OnnxFp16Pass())
-    passes.append(VerifyPass(VerifyPass.Config(
-        host_runnable=bcfg.host_runnable, max_accuracy_drop=build.max_accuracy_drop,
-        min_cosine=build.min_cosine, data_digest=eval_digest,
-        task=project.spec.task.model_dump() if project.spec.task is not None else None,
-        preprocess=project.spec.preprocess.model_dump() if project.spec.preprocess is not None else None,
-        postprocess=project.spec.postprocess.model_dump() if project.spec.postprocess is not None else None,
-        images_digest=_images_digest(project))))
-    return passes
-
-
-def _images_digest(project: Project) -> str:
-    """The [preprocess] images (the parity check reads them)."""
-    from .cache import digest_files
-
-    pre = project.spec.preprocess
-    folder = project.path(pre.images) if pre is not None else None
-    if folder is None or not folder.is_dir():
-        return ""
-    return digest_files((p.name, p) for p in sorted(folder.iterdir()) if p.is_file())
-
-
-def _digest_or_empty(path: Path) -> str:
-    return sha256_file(path) if path.is_file() else ""
 
 
 def default_out_dir(project: Project, target: TargetProfile, backend: str, precision: str) -> Path:
@@ -391,12 +291,10 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     written whole or not at all.
     """
     from .passes.base import PADDLE_FLOAT, PassContext
-    from .passes.export import pick_backend
 
     project = load_project(project_dir)
     opts, profile = BuildOptions.of(options, **overrides), load_target(target)
-    backend, backend_reason = pick_backend(project, profile, opts.backend)   # a PIR program: onnx
-    plan = (BuildOptions.of(opts, backend=backend) if backend_reason else opts).resolve(profile)
+    plan = opts.resolve(profile, project)       # the backend too: a PIR program goes to onnx
     profile, backend, precision = plan.target, plan.backend, plan.precision
     # Check the data before spending minutes on export.
     data = {which: project.load_data(which) for which in ("calibration", "evaluation")}
@@ -420,7 +318,7 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
     with out_lock(out_dir, timeout_s=_lock_timeout(), on_wait=on_wait):
         if waited:
             if on_event is not None:
-                on_event(waited[0], "done", {"cache_hit": False, "seconds": time.monotonic() - t0, "wait": True})
+                on_event(waited[0], "done", {"source": "built", "seconds": time.monotonic() - t0, "wait": True})
             check_out_dir(out_dir)              # what the other build left there
         with tempfile.TemporaryDirectory(prefix="edgeforge-build-") as work:
             ctx = PassContext(project=project, target=profile, backend=backend, precision=precision,
@@ -428,8 +326,8 @@ def build(project_dir: str | Path, target: str, options: BuildOptions | None = N
             final, steps, fallback = _run_routes(project, plan, cache, source, ctx,
                                                  _after_export(project, labels, ctx, on_event))
             manifest = build_manifest(project, plan, final, steps, toolchain_versions())
-            if backend_reason:
-                manifest["backend_reason"] = backend_reason
+            if plan.backend_reason:
+                manifest["backend_reason"] = plan.backend_reason
             exported = ctx.history.get(PADDLE_FLOAT)
             manifest["export"] = exported.meta.export if exported is not None else None
             if fallback and manifest["export"] is not None:
@@ -447,11 +345,12 @@ def check(project_dir: str | Path, target: str, *, backend: str | None = None) -
     from .passes import legalize
     from .paddle_env import is_pir
     from .passes.base import PassContext
-    from .passes.export import ExportPass, pick_backend, routes_for
+    from .options import resolve_backend
+    from .passes.export import ExportPass, routes_for
 
     project = load_project(project_dir)
     profile = load_target(target)
-    backend = pick_backend(project, profile, backend)[0]
+    backend = resolve_backend(profile, backend, project)[0]
     routes_for(project, backend, profile)          # a PIR program for Lite: refused, naming what works
     bcfg = profile.backend_config(backend)
     vt = list(getattr(bcfg, "valid_targets", []))

@@ -205,14 +205,14 @@ def host_arch(machine: str | None = None) -> str:
     return _ARCH.get(m, m)
 
 
-def host_can_time(target, backend: str | None = None, machine: str | None = None) -> tuple[bool, str]:
+def host_can_time(target, backend: str, machine: str | None = None) -> tuple[bool, str]:
     """May the host's timing decide for ``target`` (a TargetProfile) on ``backend``? Only where
     the host runs what the target runs: onnxruntime with the target's first execution provider
     (the host times ``CPUExecutionProvider``) on the target's ISA. Returns (True, "") or (False,
     why, one clause naming the target's runtime: "jetson-orin runs TensorrtExecutionProvider ...").
     Every place that lets a host measurement decide (the quantize pass's timing, the build
-    summary's verdict, ``build --precision auto``) asks this."""
-    backend = backend or target.backend.default
+    summary's verdict, ``build --precision auto``) asks this. ``backend``: the resolved one
+    (``options.resolve_backend``)."""
     cfg = target.backend_config(backend)
     name = target.name
     if not cfg.host_runnable:
@@ -228,7 +228,7 @@ def host_can_time(target, backend: str | None = None, machine: str | None = None
     return True, ""
 
 
-def needs_device(target, backend: str | None = None, machine: str | None = None) -> str | None:
+def needs_device(target, backend: str, machine: str | None = None) -> str | None:
     """None where the host may decide for ``target``, else the line said instead of a host
     decision (the build summary's verdict, ``build --precision auto``'s reason)."""
     ok, why = host_can_time(target, backend, machine)
@@ -238,7 +238,7 @@ def needs_device(target, backend: str | None = None, machine: str | None = None)
             "or edgeforge run --precision auto --device NAME")
 
 
-def host_arithmetic(target, backend: str | None = None, precision: str = "int8",
+def host_arithmetic(target, backend: str, precision: str = "int8",
                     machine: str | None = None) -> dict:
     """``{"kind": HOST_KERNELS | EXACT_QDQ, "why": one sentence}`` for ``target`` (a
     TargetProfile) on ``backend``: how the host (``machine``: ``platform.machine()``)

@@ -8,7 +8,7 @@ must agree) and, in the export pass, probed and copied as the float program.
 
 A PIR program (``prefix.json`` + ``prefix.pdiparams``, Paddle 3's default export) is read the
 same way under Paddle's ``IrGuard`` and goes to the ONNX backends (paddle2onnx 2.1 reads it; a
-target whose default is Lite but offers ONNX builds it there, :func:`edgeforge.passes.export.pick_backend`);
+target whose default is Lite but offers ONNX builds it there, :func:`edgeforge.options.resolve_backend`);
 for Paddle Lite, which reads only the legacy ProgramDesc, it is refused in one line naming what
 works (docs/export.md). When both files are there, the legacy one is used.
 """
@@ -21,6 +21,15 @@ from .errors import ConfigError, PassError
 
 _READ_TIMEOUT_S = 600
 RANGES = ("min_shape", "opt_shape", "max_shape")      # a free dimension's range (project.InputSpec)
+
+
+def pir_program(project) -> Path | None:
+    """The PIR program (``prefix.json``) of a project's exported inference model, or None (a
+    legacy program, or a factory: edgeforge exports that itself, in either format)."""
+    if project.inference is None:
+        return None
+    model = program_files(project.inference)[0]
+    return model if model.suffix == ".json" else None
 
 
 def program_files(prefix: Path, key: str = "[model] inference") -> tuple[Path, Path]:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Optional
 
 import re
+from enum import Enum
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from . import __version__
 from .build_meta import as_meta
@@ -131,6 +132,55 @@ class RuntimeDoc(_Strict):
     provider_options: Optional[dict] = None
 
 
+class CacheSource(str, Enum):
+    """Where a build step's output came from: one fact, one field (``source`` in the steps)."""
+
+    BUILT = "built"            # the pass ran here (a cache miss)
+    LOCAL = "local"            # the local cache
+    REMOTE = "remote"          # the remote cache
+
+    @property
+    def hit(self) -> bool:
+        return self is not CacheSource.BUILT
+
+    @property
+    def label(self) -> str:
+        """What a person reads: 'miss', 'hit', 'remote hit'."""
+        return {"built": "miss", "local": "hit", "remote": "remote hit"}[self.value]
+
+
+class StepDoc(BaseModel):
+    """One entry of the manifest's ``steps``. Builds before the one ``source`` field said it
+    three ways (``cache_hit``, ``cache``: 'hit'/'remote hit'/'miss', ``source``): read into it."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    pass_: str = Field(alias="pass", max_length=64)
+    version: Optional[int] = None
+    source: CacheSource
+    seconds: float = Field(ge=0, allow_inf_nan=False)
+    cache_key: Optional[str] = Field(None, max_length=128)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_form(cls, data):
+        if not isinstance(data, dict) or ("cache_hit" not in data and "cache" not in data):
+            return data
+        data = dict(data)
+        hit, said = data.pop("cache_hit", None), data.pop("cache", None)
+        if "source" not in data:
+            data["source"] = ("remote" if said == "remote hit" else "local" if said == "hit" or hit is True
+                              else "built")
+        return data
+
+    @property
+    def hit(self) -> bool:
+        return self.source.hit
+
+
+def manifest_steps(manifest: dict) -> list[StepDoc]:
+    """The build's steps, parsed (any manifest edgeforge.build/1 wrote, earlier forms included)."""
+    return [StepDoc.model_validate(s) for s in manifest.get("steps") or []]
+
+
 class Manifest(BaseModel):
     """``manifest.json`` (edgeforge.build/1): the fields every reader relies on, strictly; the
     rest (steps, verify, quantization, ...) kept as written. The writer validates through it."""
@@ -145,6 +195,7 @@ class Manifest(BaseModel):
     reference: Optional[ReferenceDoc] = None
     runtime: RuntimeDoc = RuntimeDoc()
     target_profile: dict[str, Union[str, int, float, bool, None, dict]] = {}
+    steps: list[StepDoc] = Field([], max_length=64)
 
 
 def build_manifest(project, build, final, steps, toolchain: dict) -> dict:

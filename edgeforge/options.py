@@ -1,8 +1,12 @@
 """What a caller asks of a build or a bench, typed once and passed down whole.
 
-- :class:`BuildOptions`: what ``edgeforge build`` takes (each ``None`` means "the target's").
-  :meth:`BuildOptions.resolve` turns it, against a target, into a :class:`ResolvedBuild`
-  in which every choice is made: backend, precision, calibration, the accuracy budget.
+- :class:`BuildOptions`: what ``edgeforge build`` takes (each ``None`` means "the target's";
+  ``precision="auto"`` is a value of its own: build each precision the target allows and keep
+  one, ``edgeforge.device.workflow.auto``). :meth:`BuildOptions.resolve` turns it, against a
+  target (and the project), into a :class:`ResolvedBuild` in which every choice is made:
+  backend (:func:`resolve_backend`, the one place that picks it), precision, calibration, the
+  accuracy budget. What a target's runtime cannot run is the target's data
+  (``[backend.<kind>.refuse.<precision>]``), refused by :func:`resolve_precision`.
 - by concern, for the verbs that reach a device: :class:`ConnectionOptions` (inventory,
   timeouts, retries, host keys, the lease wait, and a lab place's :class:`LabOptions`),
   :class:`MeasureOptions` (runs, warm-ups, threads, power mode, profile, end-to-end), and
@@ -26,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .config import parse_model
 from .errors import ConfigError
+from .inference import pir_program
 from .report.gates import GATE_NAMES, GateThresholds
 from .targets import BackendKind, CalibrationAlgo, Precision, TargetProfile
 
@@ -77,9 +82,14 @@ class _Options(BaseModel):
         return set(cls.model_fields).union(*(p.names() for p in cls._parts().values()))
 
 
+AUTO = "auto"
+
+
 class BuildOptions(_Options):
-    precision: Optional[Precision] = None
-    backend: Optional[BackendKind] = None
+    # None: the target's precision for the backend; "auto": each one the target allows, the
+    # fastest within the accuracy budget kept (a choice among builds, not one build)
+    precision: Union[Precision, Literal["auto"], None] = None
+    backend: Optional[BackendKind] = None             # None: resolve_backend picks it
     algo: Optional[CalibrationAlgo] = None            # calibration algorithm (--calibration)
     max_accuracy_drop: Optional[float] = Field(None, ge=0, le=100)   # INT8 budget, points (labels)
     min_cosine: Optional[float] = Field(None, gt=0, le=1)    # INT8 budget without labels
@@ -96,14 +106,19 @@ class BuildOptions(_Options):
     remote_cache_mode: Optional[Literal["readwrite", "read", "off"]] = None
     remote_timeout: Optional[float] = Field(None, gt=0, le=3600, allow_inf_nan=False)  # s a request
 
-    def resolve(self, target: TargetProfile) -> "ResolvedBuild":
-        """Every choice made once, against ``target``. Raises ConfigError for a backend the
-        target lacks or a precision its runtime cannot run."""
-        backend = self.backend or target.backend.default
+    def resolve(self, target: TargetProfile, project=None) -> "ResolvedBuild":
+        """Every choice made once, against ``target`` (and ``project``: its program format can
+        pick the backend). Raises ConfigError for a backend the target lacks, a precision its
+        runtime cannot run, or precision "auto" (several builds: ``device.workflow.auto``)."""
+        if self.precision == AUTO:
+            raise ConfigError("precision auto builds each precision the target allows and keeps one: "
+                              "it is not one build", hint="edgeforge build --precision auto, or "
+                              "edgeforge.device.workflow.auto.decide_on_host from Python")
+        backend, reason = resolve_backend(target, self.backend, project)
         bcfg = target.backend_config(backend)          # looked up once: ResolvedBuild carries it
         q = target.quantization
         return ResolvedBuild(
-            target=target, backend=backend, backend_config=bcfg,
+            target=target, backend=backend, backend_config=bcfg, backend_reason=reason,
             precision=resolve_precision(target, backend, self.precision, bcfg),
             algo=self.algo or q.algo, algo_fixed=self.algo is not None,
             keep_float=tuple(self.keep_float if self.keep_float is not None else q.keep_float),
@@ -140,26 +155,38 @@ class ResolvedBuild:
     max_search_seconds: float | None = None  # --max-search-seconds; None: [quantization] max_seconds
     remote_cache_mode: str | None = None
     remote_timeout: float | None = None
+    backend_reason: str | None = None      # why resolve_backend picked it (None: asked, or the target's)
 
     @property
     def valid_targets(self) -> list[str]:
         return list(getattr(self.backend_config, "valid_targets", []))
 
 
+def resolve_backend(target: TargetProfile, backend: str | None = None, project=None) -> tuple[str, str | None]:
+    """The one place a build's backend is picked: the one asked for, else the target's default;
+    and the one line saying why when edgeforge chose it for the input (None otherwise). A PIR
+    program (``project``'s exported model is ``.json``) goes to the target's ONNX backend when
+    its default is Paddle Lite (which reads only legacy programs) and it offers ONNX (rpi4, rpi5,
+    android-arm64). A backend asked for is kept (a PIR program for Lite is refused later,
+    ``passes.export.routes_for``)."""
+    chosen = backend or target.backend.default
+    if backend is not None or project is None or chosen != "lite" or "onnx" not in target.backends():
+        return chosen, None
+    model = pir_program(project)
+    if model is None:
+        return chosen, None
+    return "onnx", f"backend: onnx, not lite: {model.name} is PIR, Paddle Lite reads only .pdmodel"
+
+
 def resolve_precision(target: TargetProfile, backend: str, precision: str | None, bcfg=None) -> str:
-    """The precision asked for, else the target's for ``backend``; refuses what the runtime
-    cannot run correctly. ``bcfg``: the backend's config when the caller has it already."""
+    """The precision asked for, else the target's for ``backend``; refuses (the target's
+    ``[backend.<kind>.refuse.<precision>]``) what its runtime cannot run correctly. ``bcfg``:
+    the backend's config when the caller has it already."""
     chosen = precision or target.precision_for(backend)
     bcfg = bcfg if bcfg is not None else target.backend_config(backend)
-    if backend == "lite":
-        if chosen == "int8" and "x86" in bcfg.valid_targets:
-            raise ConfigError(
-                "Paddle Lite x86 INT8 kernels give wrong outputs (chance-level accuracy)",
-                hint="use --precision fp32 for the lite backend on x86, or --backend onnx for INT8",
-            )
-        if chosen == "fp16" and "arm" not in bcfg.valid_targets:
-            raise ConfigError("Paddle Lite fp16 needs an arm valid target",
-                              hint="use --precision fp32")
+    refusal = bcfg.refuse.get(chosen)
+    if refusal is not None:
+        raise ConfigError(refusal.reason, hint=refusal.hint)
     return chosen
 
 

@@ -8,6 +8,7 @@ merged back into the meta the next passes and the manifest read.
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from dataclasses import dataclass
@@ -16,24 +17,21 @@ from typing import Callable, Sequence
 from .build_meta import as_meta, merge_measured, split_measured
 from .cache import Cache, build_code_digest, sha256_json
 from .errors import EdgeforgeError, PassError
+from .manifest import CacheSource
 from .quiet import native_to_log
 from .passes.base import Artifact, Pass, PassContext
-
-SOURCES = {"local": "hit", "remote": "remote hit", "built": "miss"}
 
 
 @dataclass
 class StepRecord:
     name: str
     version: int
-    cache_hit: bool
     seconds: float
     key: str
-    source: str = "built"          # "local" (the local cache), "remote" (the remote cache), "built"
+    source: CacheSource = CacheSource.BUILT
 
     def to_json(self) -> dict:
-        return {"pass": self.name, "version": self.version, "cache_hit": self.cache_hit,
-                "cache": SOURCES[self.source], "source": self.source,
+        return {"pass": self.name, "version": self.version, "source": self.source.value,
                 "seconds": round(self.seconds, 3), "cache_key": self.key}
 
 
@@ -44,13 +42,20 @@ def code_digest(p: Pass) -> str:
 
 
 def check_chain(passes: Sequence[Pass], first_kind: str) -> None:
-    """Each pass must accept what the one before produces. Raises before anything runs."""
-    kind = first_kind
+    """Each pass must accept what the one before produces, and find every kind it ``needs``
+    made earlier in the chain. Raises before anything runs."""
+    kind, made = first_kind, {first_kind}
     for p in passes:
         if kind not in p.consumes:
             raise PassError(p.name, f"cannot take a '{kind}' artifact (it takes: {', '.join(sorted(p.consumes))})",
                             hint="the pipeline for this target/precision is mis-assembled")
+        missing = sorted(set(p.needs) - made)
+        if missing:
+            raise PassError(p.name, f"needs a '{missing[0]}' artifact that no step before it makes "
+                                    f"(the chain makes: {', '.join(sorted(made))})",
+                            hint="the pipeline for this target/precision is mis-assembled")
         kind = p.produces
+        made.add(kind)
 
 
 Event = Callable[[str, str, dict], None]   # (pass name, "start"|"done", info)
@@ -70,13 +75,13 @@ class Pipeline:
         hit = self.cache.get(key)
         if hit is not None:
             self.cache.count_event("local_hits")
-            return hit, "local"
+            return hit, CacheSource.LOCAL
         remote = getattr(self.cache, "remote", None) if self.cache.enabled else None
         hit = remote.fetch(key, self.cache, name) if remote is not None else None
         if hit is not None:
-            return hit, "remote"
+            return hit, CacheSource.REMOTE
         self.cache.count_event("misses")
-        return None, "built"
+        return None, CacheSource.BUILT
 
     def run(self, source: Artifact, ctx: PassContext, on_event: Event | None = None) -> tuple[Artifact, list[StepRecord]]:
         check_chain(self.passes, source.kind)
@@ -87,9 +92,12 @@ class Pipeline:
         for p in self.passes:
             cfg = p.config.model_dump(mode="json")
             # The input is its bytes and the provenance it carries (meta flows downstream),
-            # without what was measured on the host that built it.
+            # without what was measured on the host that built it; and the digest of each
+            # artifact the pass needs besides it.
             content_meta = split_measured(current.meta)[0]
-            input_digest = sha256_json({"content": current.digest, "meta": content_meta})
+            needed = {kind: ctx.history[kind] for kind in sorted(p.needs)}
+            input_digest = sha256_json({"content": current.digest, "meta": content_meta,
+                                        **({"needs": {k: a.digest for k, a in needed.items()}} if needed else {})})
             key = self.cache.key(pass_name=p.name, version=f"{p.version}:{code_digest(p)}", config=cfg,
                                  target=p.target_facts(ctx), input_digest=input_digest)
             emit(p.name, "start", {"key": key})
@@ -100,11 +108,11 @@ class Pipeline:
                 meta = as_meta(merge_measured(entry.get("meta", {}), entry.get("measured", [])))
                 current = Artifact(p.produces, path, meta, entry["content_digest"])
             else:
-                current = self._build(p, current, ctx, key, len(records))
+                current = self._build(p, current, dataclasses.replace(ctx, inputs=needed), key, len(records))
             ctx.history[current.kind] = current
             seconds = time.perf_counter() - t0
-            records.append(StepRecord(p.name, p.version, hit is not None, seconds, key, source_kind))
-            emit(p.name, "done", {"cache_hit": hit is not None, "source": source_kind, "seconds": seconds})
+            records.append(StepRecord(p.name, p.version, seconds, key, source_kind))
+            emit(p.name, "done", {"source": source_kind, "seconds": seconds})
         return current, records
 
     def _build(self, p: Pass, current: Artifact, ctx: PassContext, key: str, index: int) -> Artifact:

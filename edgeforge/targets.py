@@ -38,10 +38,27 @@ class Hardware(Strict):
     cores: int = Field(gt=0, le=MAX_CORES)
 
 
+class Refusal(Strict):
+    """A precision the backend's runtime cannot run correctly here: a build asking for it stops
+    (exit 2) with this one line and hint."""
+    reason: str = Field(min_length=1, max_length=200)
+    hint: str = Field("", max_length=200)
+
+
 class LiteBackend(Strict):
     valid_targets: list[str]
     precision: Optional[Precision] = None  # overrides the target default for this backend
     host_runnable: bool = False             # the x86 Paddle Lite runtime can run this artifact here
+    refuse: dict[Precision, Refusal] = {}   # what this runtime cannot run correctly
+
+    @model_validator(mode="after")
+    def _x86_refuses_what_it_gets_wrong(self):
+        # Paddle Lite 2.13's x86 INT8 kernels give wrong outputs and its fp16 needs arm
+        # (TOOLCHAIN traps 4): a profile that offers them must say so in [backend.lite.refuse]
+        if "arm" not in self.valid_targets and not {"int8", "fp16"} <= set(self.refuse):
+            raise ValueError("a Lite backend without the arm valid target must refuse int8 and fp16 "
+                             "([backend.lite.refuse.int8], [backend.lite.refuse.fp16])")
+        return self
 
 
 IntType = Literal["int8", "uint8"]
@@ -90,6 +107,7 @@ class OnnxBackend(Strict):
     # host's /proc/cpuinfo lists replaces ``scheme``
     host_cpu_schemes: dict[str, QuantScheme] = {}
     rules: dict[str, EpRules] = {}           # execution provider -> what it accepts
+    refuse: dict[Precision, Refusal] = {}    # what this runtime cannot run correctly
 
     @model_validator(mode="after")
     def _rules_for_first_provider(self):

@@ -290,8 +290,7 @@ def build_options(args, **extra):
     for flag in ("remote_cache", "remote_cache_mode", "remote_timeout"):
         if getattr(args, flag, None) is not None:
             given[flag] = getattr(args, flag)
-    precision = getattr(args, "precision", None)
-    return BuildOptions.of(precision=None if precision == "auto" else precision, backend=args.backend,
+    return BuildOptions.of(precision=getattr(args, "precision", None), backend=args.backend,
                            no_cache=args.no_cache, **given, **extra)
 
 

@@ -41,17 +41,17 @@ def resolve_args(args) -> None:
 
 def _backend_note(args) -> None:
     """One line when edgeforge picks the backend for the input (a PIR program on a Lite target
-    that offers ONNX: ``passes.export.pick_backend``); the build itself makes the same choice."""
+    that offers ONNX: ``options.resolve_backend``); the build itself makes the same choice."""
     from ..errors import EdgeforgeError
 
     if getattr(args, "backend", "") is not None or not getattr(args, "project", None):
         return
     try:
-        from ..passes.export import pick_backend
+        from ..options import resolve_backend
         from ..project import load_project
         from ..targets import load_target
 
-        note = pick_backend(load_project(args.project), load_target(args.target))[1]
+        note = resolve_backend(load_target(args.target), None, load_project(args.project))[1]
     except EdgeforgeError:
         return                  # the verb reports a bad project or target itself, in one line
     if note:

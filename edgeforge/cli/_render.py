@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
+from ..manifest import CacheSource, manifest_steps
 from ..report import fmt
 from ._common import console, escape
 
@@ -19,8 +20,9 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     t.add_column("step")
     t.add_column("cache")
     t.add_column("seconds", justify="right")
-    for s in m["steps"]:
-        t.add_row(s["pass"], s.get("cache") or ("hit" if s["cache_hit"] else "miss"), f"{s['seconds']:.2f}")
+    steps = manifest_steps(m)
+    for s in steps:
+        t.add_row(s.pass_, s.source.label, f"{s.seconds:.2f}")
     con.print(t)
     a = m["artifact"]
     fs = m.get("float_size_bytes")
@@ -32,8 +34,8 @@ def print_build_summary(m: dict, out_dir, verdict: bool = True) -> None:
     s.add_row("sha256", f"{a['sha256'][:12]}… (in full in manifest.json)")   # a row of its own: never split
     if fs and m["precision"] != "fp32":
         s.add_row("float size", f"{fmt.nbytes(fs)}  (float/{m['precision']} = {fs / a['size_bytes']:.2f}x)")
-    s.add_row("build time", f"{sum(st['seconds'] for st in m['steps']):.1f}s "
-              f"({sum(st['cache_hit'] for st in m['steps'])}/{len(m['steps'])} steps cached)")
+    s.add_row("build time", f"{sum(st.seconds for st in steps):.1f}s "
+              f"({sum(st.hit for st in steps)}/{len(steps)} steps cached)")
     status_style = {"passed": "green", "failed": "red"}.get(v["status"], "yellow")
     s.add_row("verify", f"[{status_style}]{v['status']}[/{status_style}]"
               + (f" on the host ({v['runtime']['name']} {v['runtime']['version']})" if v.get("runtime") else ""))
@@ -360,7 +362,8 @@ def build_progress(quiet: bool):
             if phase == "start":
                 s.show(name, name)
             else:
-                note = ({"remote": "remote hit"}.get(info.get("source"), "cached") if info["cache_hit"]
+                source = CacheSource(info["source"])
+                note = ({CacheSource.REMOTE: "remote hit"}.get(source, "cached") if source.hit
                         else f"{info['seconds']:.1f}s")
                 s.show(name, f"{escape(name)} [dim]({note})[/dim]", done=True, markup=True)
 

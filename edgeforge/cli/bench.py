@@ -187,16 +187,18 @@ def cmd_run(args) -> int:
     from .. import api
     from ..device.measure.pick import bench
     from ..device.link.inventory import load_inventory
+    from ..options import AUTO
 
     check_gate_flags(args)
     dev = load_inventory(args.inventory).get(args.device)   # fail before a build, not after
     if dev.target != args.target:
         raise ConfigError(f"device {dev.name} is a {dev.target}, not a {args.target}",
                           hint=f"use --target {dev.target}")
-    if args.precision == "auto":
+    opts = build_options(args)
+    if opts.precision == AUTO:
         return _run_auto(args)
     with step_progress(args.quiet) as on_step:
-        result = api.build(args.project, args.target, build_options(args), out=args.out,
+        result = api.build(args.project, args.target, opts, out=args.out,
                            on_event=lambda name, phase, info: on_step("build", f"{name} {phase}"),
                            log=lambda msg: on_step("build", msg))
     if not args.quiet:

@@ -36,19 +36,20 @@ def register(sub) -> None:
 
 def cmd_build(args) -> int:
     from .. import api
+    from ..options import AUTO
 
-    if args.precision == "auto":
+    opts = build_options(args)
+    if opts.precision == AUTO:
         from ..device.workflow.auto import decide_on_host
 
         with build_progress(args.quiet) as (on_event, log):
-            decision = decide_on_host(args.project, args.target, build_options(args), out=args.out, log=log)
+            decision = decide_on_host(args.project, args.target, opts, out=args.out, log=log)
         result = decision.build
         print_build_summary(result.manifest, result.out_dir, verdict=False)
         print_decision(decision.record, result.out_dir)
         return ExitCode.OK
     with build_progress(args.quiet) as (on_event, log):
-        result = api.build(args.project, args.target, build_options(args), out=args.out,
-                           on_event=on_event, log=log)
+        result = api.build(args.project, args.target, opts, out=args.out, on_event=on_event, log=log)
     print_build_summary(result.manifest, result.out_dir)
     if result.verify_status == "failed":
         raise GateFailed(f"verify failed: {result.manifest['verify'].get('reason')}",

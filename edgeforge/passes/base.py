@@ -1,8 +1,14 @@
 """The pass protocol and registry.
 
 A pass turns one artifact into another. It declares a name, a version (bump it to invalidate
-cached outputs), the artifact kinds it consumes and the kind it produces, a typed config, and
-which parts of the target profile its output depends on (they go into the cache key).
+cached outputs), the artifact kinds it consumes and the kind it produces, the other kinds it
+reads (``needs``: an artifact made earlier in the chain, such as the float model verify compares
+against), a typed config, and which parts of the target profile its output depends on (they go
+into the cache key). The chain check (``pipeline.check_chain``) sees all of these before a pass
+runs. A pass keeps no state between runs: what one run works out lives in that run.
+
+:data:`REGISTRY` maps a pass's name to its class; the build plan (:mod:`edgeforge.plan`) names
+passes and the registry resolves them.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..build_meta import BuildMeta
 from ..config import Strict
+from ..errors import PassError
 from ..project import Project
 from ..targets import TargetProfile
 
@@ -42,7 +49,20 @@ class PassContext:
     precision: str
     workdir: Path                                   # scratch space, removed after the build
     log: Callable[[str], None] = lambda msg: None   # progress notes for the user
-    history: dict[str, Artifact] = field(default_factory=dict)  # kind -> latest artifact of that kind
+    # kind -> latest artifact of that kind: the pipeline's record, for its caller (api); a pass
+    # never reads it, only ``inputs``
+    history: dict[str, Artifact] = field(default_factory=dict)
+    # the artifacts a pass declared in ``needs``, given by the pipeline to that step only
+    inputs: dict[str, Artifact] = field(default_factory=dict)
+
+    def needed(self, kind: str, step: str) -> Artifact:
+        """The ``kind`` artifact this step declared in ``needs`` (the chain check made sure an
+        earlier step produced it)."""
+        art = self.inputs.get(kind)
+        if art is None:
+            raise PassError(step, f"reads a '{kind}' artifact it did not declare in its needs",
+                            hint="declare it in the pass's needs: the chain check then sees it")
+        return art
 
 
 class PassConfig(Strict):
@@ -56,6 +76,7 @@ class Pass:
     version: ClassVar[int]
     consumes: ClassVar[frozenset[str]]
     produces: ClassVar[str]
+    needs: ClassVar[frozenset[str]] = frozenset()   # kinds read besides the input, made earlier in the chain
     Config: ClassVar[type[BaseModel]] = PassConfig
 
     def __init__(self, config: BaseModel | None = None):

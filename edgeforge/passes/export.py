@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError, EdgeforgeError, PassError
+from ..inference import pir_program
 from ..native import run_native
 from .base import PADDLE_FLOAT, PROJECT, Artifact, Pass, PassConfig, PassContext, register
 
@@ -254,31 +255,6 @@ class ExportPass(Pass):
         if note:
             ctx.log(note)
         return result["ok"]
-
-
-def pir_program(project) -> Path | None:
-    """The PIR program (``prefix.json``) of an exported inference model, or None (a legacy
-    program, or a factory: edgeforge exports that itself, in either format)."""
-    if project.inference is None:
-        return None
-    from ..inference import program_files
-
-    model = program_files(project.inference)[0]
-    return model if model.suffix == ".json" else None
-
-
-def pick_backend(project, target, backend: str | None = None) -> tuple[str, str | None]:
-    """The backend a build of ``project`` for ``target`` uses, and the one line saying why when
-    edgeforge chose it for the input: a PIR program goes to the target's ONNX backend when its
-    default is Paddle Lite (which reads only legacy programs) and it offers ONNX (rpi4, rpi5,
-    android-arm64). A backend asked for is kept (a PIR program for Lite is refused later)."""
-    chosen = backend or target.backend.default
-    if backend is not None or chosen != "lite" or "onnx" not in target.backends():
-        return chosen, None
-    model = pir_program(project)
-    if model is None:
-        return chosen, None
-    return "onnx", f"backend: onnx, not lite: {model.name} is PIR, Paddle Lite reads only .pdmodel"
 
 
 def lite_refusal(project, target=None) -> ConfigError:

@@ -63,6 +63,7 @@ class QatPass(Pass):
     version = 1
     consumes = frozenset({ONNX, PADDLE_INT8})      # after quantize.onnx, or quantize.ptq (Lite)
     produces = ONNX
+    needs = frozenset({PADDLE_FLOAT})      # the float model: the reference its figures are against
     Config = QatConfig
 
     def __init__(self, config=None):
@@ -175,13 +176,11 @@ class QatPass(Pass):
         unless --calibration pinned another."""
         from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES, pre_process
         from ..quant.qat_ranges import FOLDED_ACTIVATIONS, onnx_overrides
-        from .quantize import OnnxQuantizePass, calibration_batches, quiet_stdout
+        from .quantize import OnnxQuantizePass, QuantRun, calibration_batches, quiet_stdout
 
         quant = self.config.quant
         algo = quant.algo if quant.algo_fixed else "avg"
-        q = OnnxQuantizePass(quant)
-        q.scheme = _scheme(ctx)
-        q.degenerate = {}            # tensors the histograms could not bin (quant/degenerate.py)
+        q, qrun = OnnxQuantizePass(quant), QuantRun(_scheme(ctx), calibration_batches(ctx, quant))
         pre = ctx.workdir / "qat" / "pre.onnx"
         with quiet_stdout():
             pre_process(fp32, pre)
@@ -189,10 +188,10 @@ class QatPass(Pass):
         record["learned_ranges"] = mapped
         ctx.log(f"QAT: onnxruntime quantize_static ({algo}) of the tuned model, "
                 f"{mapped['mapped']} learned range(s)")
-        out = q._quantize(pre, ctx.workdir / "qat" / "model.onnx", calibration_batches(ctx, quant), algo,
-                          list(quant.keep_float), {}, list(INT8_KERNEL_OP_TYPES) + list(FOLDED_ACTIVATIONS), overrides)
-        if q.degenerate:
-            record["degenerate_ranges"] = dict(q.degenerate)
+        out = q._quantize(qrun, pre, ctx.workdir / "qat" / "model.onnx", algo, list(quant.keep_float),
+                          list(INT8_KERNEL_OP_TYPES) + list(FOLDED_ACTIVATIONS), overrides)
+        if qrun.degenerate:
+            record["degenerate_ranges"] = dict(qrun.degenerate)
         return out, algo
 
     def _quantize_paddle(self, ctx: PassContext) -> tuple[Path, str]:
@@ -202,13 +201,12 @@ class QatPass(Pass):
         quant = self.config.quant
         algo = quant.algo if quant.algo_fixed else "avg"
         q = PaddlePTQPass(quant)
-        q.fast_kl = {}
         out = ctx.workdir / "qat" / "ptq"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         ctx.log(f"QAT: Paddle PTQ ({algo}) of the tuned program")
         return q._ptq(ctx.workdir / "qat" / "program", out, calibration_batches(ctx, quant), algo,
-                      list(quant.keep_float)), algo
+                      list(quant.keep_float), ({}, [])), algo
 
     def _time(self, ctx: PassContext, ptq: Path, qat: Path, record: dict) -> None:
         """Where the host runs the target's runtime: PTQ and QAT timed interleaved."""
@@ -279,7 +277,7 @@ def _scheme(ctx: PassContext):
 def _paddle_reference(ctx: PassContext, feeds: dict) -> list:
     from ..paddle_env import paddle_inference
 
-    return paddle_inference(ctx.history[PADDLE_FLOAT].path, feeds)
+    return paddle_inference(ctx.needed(PADDLE_FLOAT, QatPass.name).path, feeds)
 
 
 def qat_config(project_qat, quant: QuantConfig, force: bool, opset: int,

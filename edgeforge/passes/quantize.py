@@ -24,7 +24,7 @@ from pydantic import Field
 from ..build_meta import AccuracyBudget, Attempt, BuildMeta, Quantization, Scheme, SpeedRow
 from ..errors import PassError
 from ..paddle_env import private_scope, static_mode
-from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES
+from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES, QuantRun
 from ..quant.ptq_weights import ptq_class, record_odd_weights
 from ..quant.screen import head, onnx_cost, search_limits, weight_bytes
 from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
@@ -102,13 +102,15 @@ class PaddlePTQPass(Pass):
     produces = PADDLE_INT8
     Config = QuantConfig
 
-    def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str]) -> Path:
+    def _ptq(self, float_dir: Path, out_dir: Path, batches, algo: str, keep: list[str], found: tuple) -> Path:
+        """``found``: this run's (fast-KL record, weights Paddle's PTQ cannot take), filled in."""
+        fast_kl, odd_weights = found
         cfg: QuantConfig = self.config
-        with static_mode() as paddle, _fast_kl(algo, self.fast_kl), quiet_stdout(), \
+        with static_mode() as paddle, _fast_kl(algo, fast_kl), quiet_stdout(), \
                 private_scope(paddle) as (scope, exe):
             from paddle.static.quantization import PostTrainingQuantization
 
-            ptq = ptq_class(PostTrainingQuantization, self.odd_weights)(
+            ptq = ptq_class(PostTrainingQuantization, odd_weights)(
                 executor=exe, scope=scope, model_dir=str(float_dir),
                 model_filename="model.pdmodel", params_filename="model.pdiparams",
                 data_loader=lambda: iter(batches), batch_nums=len(batches), algo=algo,
@@ -129,8 +131,9 @@ class PaddlePTQPass(Pass):
         from ..quant.budget import paddle_layers, paddle_rank
 
         cfg: QuantConfig = self.config
-        self.fast_kl: dict = {}
-        self.odd_weights: list[dict] = []       # weights Paddle's PTQ cannot take: kept in float
+        # what this run finds (never kept on the pass): the fast-KL record, and the weights
+        # Paddle's PTQ cannot take (kept in float)
+        fast_kl, odd_weights = {}, []
         batches = calibration_batches(ctx, cfg)
         n_cal = sum(len(next(iter(b.values()))) for b in batches)
         scratch = ctx.workdir / "quantize-ptq"
@@ -140,7 +143,7 @@ class PaddlePTQPass(Pass):
 
         def quantize(algo: str, keep: list[str]) -> Path:
             ctx.log(f"PTQ {algo} on {n_cal} calibration samples ({len(keep)} layers in float)")
-            return self._ptq(inp.path, scratch / f"q{next(counter)}", batches, algo, keep)
+            return self._ptq(inp.path, scratch / f"q{next(counter)}", batches, algo, keep, (fast_kl, odd_weights))
 
         # Paddle Inference on the fake-quant program simulates the INT8 arithmetic on the host.
         model, meta, plain = search_and_fit(
@@ -153,8 +156,8 @@ class PaddlePTQPass(Pass):
         shutil.copytree(inp.path, out_dir / "float")
         meta.precision = "int8"
         meta.carry(inp.meta, "rewrites", "prune")
-        record_odd_weights(meta, self.odd_weights, ctx.log)
-        degenerate.note_fast_kl(meta, self.fast_kl, ctx.log)     # quantization.fast_kl, degenerate_ranges
+        record_odd_weights(meta, odd_weights, ctx.log)
+        degenerate.note_fast_kl(meta, fast_kl, ctx.log)     # quantization.fast_kl, degenerate_ranges
         if meta.accuracy_budget is not None:
             meta.accuracy_budget.simulated = True
             meta.accuracy_budget.note = "measured on the host with Paddle Inference on the fake-quant program"
@@ -285,7 +288,7 @@ class OnnxQuantizePass(Pass):
         return {"scheme": scheme.model_dump(mode="json"), "chosen_by_cpu_flag": flag, **timed,
                 "arithmetic": host_arithmetic(ctx.target, ctx.backend)["kind"]}
 
-    def _quantize(self, pre: Path, out: Path, batches, algo: str, keep: list[str], ranges: dict,
+    def _quantize(self, run: QuantRun, pre: Path, out: Path, algo: str, keep: list[str],
                   op_types: list[str] | None, overrides: dict | None = None) -> Path:
         from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
 
@@ -296,19 +299,19 @@ class OnnxQuantizePass(Pass):
 
         class Reader(CalibrationDataReader):
             def __init__(self):
-                self._it = iter(batches)
+                self._it = iter(run.batches)
 
             def get_next(self):
                 return next(self._it, None)
 
-        opts = scheme_options(self.scheme)      # the target runtime's INT8 scheme (set in run)
+        opts = scheme_options(run.scheme)       # the target runtime's INT8 scheme
         opts["extra_options"]["CalibMovingAverage"] = algo == "avg"
         opts["op_types_to_quantize"] = op_types      # None: onnxruntime's default (run: op_sets)
         if overrides:                                # tensor ranges a QAT fine-tune learned
             opts["extra_options"]["TensorQuantOverrides"] = overrides
         hist = paddle_kl_entropy(algo.lower()) if algo in ("KL", "mse") else contextlib.nullcontext()
         # calibration covers the tensors of the op types quantized: one set of ranges per op set
-        with quiet_stdout(), hist, guard_histograms(self.degenerate), reuse_calibration(ranges, (tuple(op_types or ()), algo)):
+        with quiet_stdout(), hist, guard_histograms(run.degenerate), reuse_calibration(run.ranges, (tuple(op_types or ()), algo)):
             quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
                             per_channel=cfg.per_channel_weights,
                             calibrate_method=getattr(CalibrationMethod, _ORT_METHOD[algo]),
@@ -327,8 +330,8 @@ class OnnxQuantizePass(Pass):
         from ..contracts import host_arithmetic
 
         cfg: QuantConfig = self.config
-        self.scheme, flag, flags = onnx_scheme(ctx.target, ctx.backend)
-        batches, self.degenerate = calibration_batches(ctx, cfg), {}    # tensor -> why not binned
+        scheme, flag, flags = onnx_scheme(ctx.target, ctx.backend)
+        qrun = QuantRun(scheme, calibration_batches(ctx, cfg))
         pre = ctx.workdir / "quantize-pre.onnx"
         with quiet_stdout():
             pre_info = pre_process(inp.path / "model.onnx", pre)
@@ -336,7 +339,6 @@ class OnnxQuantizePass(Pass):
         scratch = ctx.workdir / "quantize-onnx"
         scratch.mkdir(exist_ok=True)
         counter = iter(range(10_000))
-        ranges: dict = {}      # (op set, algo) -> tensor ranges: calibration reads the float model only
 
         def layers() -> int:
             return sum(1 for n in onnx.load(str(pre)).graph.node if n.op_type in ONNX_QUANTIZABLE)
@@ -349,18 +351,17 @@ class OnnxQuantizePass(Pass):
         def fit(op_types):
             def quantize(algo: str, keep: list[str]) -> Path:
                 ctx.log(f"onnxruntime quantize_static ({algo}, {len(keep)} layers in float)")
-                return self._quantize(pre, scratch / f"q{next(counter)}.onnx", batches, algo, keep, ranges,
-                                      op_types)
+                return self._quantize(qrun, pre, scratch / f"q{next(counter)}.onnx", algo, keep, op_types)
             left = None if cfg.max_seconds is None else round(max(1.0, cfg.max_seconds - (time.monotonic() - t0)), 1)
             return quantize, search_and_fit(
                 cfg.model_copy(update={"max_seconds": left}), ctx, quantize, predict=lambda m, n=None: runner_outputs(m, head(feeds, n), arith),
                 reference=lambda: predict_all(onnx_predictor(pre), feeds), labels=labels,
                 rank=lambda m: onnx_rank(pre, m, {k: v[:64] for k, v in feeds.items()}, scratch), layers=layers)
 
-        self.op_types = op_types_to_quantize(pre)
-        quantize, (model, meta, plain) = fit(self.op_types)
-        if self.op_types is None and len(meta.keep_float) > len(cfg.keep_float):
-            quantize, (model, meta, plain) = self._narrower(ctx, pre, fit, (quantize, (model, meta, plain)))
+        op_types = op_types_to_quantize(pre)
+        quantize, (model, meta, plain) = fit(op_types)
+        if op_types is None and len(meta.keep_float) > len(cfg.keep_float):
+            op_types, (quantize, (model, meta, plain)) = self._narrower(ctx, pre, fit, (quantize, (model, meta, plain)))
         plain_path = plain() if plain is not None else None
         if host_can_time(ctx.target, ctx.backend)[0]:     # only where the host runs the target's runtime
             model = self._fastest(ctx, inp.path / "model.onnx", (model, plain_path), meta,
@@ -370,12 +371,12 @@ class OnnxQuantizePass(Pass):
         shutil.copy2(model, final)
         q = meta.quantization
         q.pre_process = pre_info
-        degenerate.note(meta, self.degenerate, ctx.log)
+        degenerate.note(meta, qrun.degenerate, ctx.log)
         q.arithmetic = arith
         if meta.accuracy_budget is not None:
             meta.accuracy_budget.arithmetic = arith["kind"]
-        q.op_types = self.op_types or "onnxruntime default (every op it supports)"
-        q.scheme = Scheme(**self.scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag, host_cpu_flags=flags)
+        q.op_types = op_types or "onnxruntime default (every op it supports)"
+        q.scheme = Scheme(**scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag, host_cpu_flags=flags)
         meta.file, meta.precision, meta.float_size_bytes = "model.onnx", "int8", inp.meta.float_size_bytes
         meta.carry(inp.meta, "rewrites", "prune", "converter_fixes", "nms")
         if plain_path is not None:
@@ -388,7 +389,8 @@ class OnnxQuantizePass(Pass):
         with the fewest float weight bytes (then the fewest float layers; a met budget first).
         A CNN's residual Adds, channel-shuffle Concats and pools carry per-tensor scales that no
         layer kept in float removes: zoo mobilenet_v2 needed 52 of 53 layers in float with them
-        quantized (docs/conformance.md, 2026-12-03). Records ``accuracy_budget.op_sets``."""
+        quantized (docs/conformance.md, 2026-12-03). Records ``accuracy_budget.op_sets``.
+        Returns (the chosen op set, its fit)."""
         narrow = list(INT8_KERNEL_OP_TYPES)
         ctx.log(f"accuracy budget: fitting again with only {', '.join(narrow)} quantized")
         weights = weight_bytes(pre, ONNX_QUANTIZABLE)
@@ -404,10 +406,9 @@ class OnnxQuantizePass(Pass):
         chosen = min(fits, key=lambda f: (not f[2]["met"], f[2]["float_weight_bytes"], f[2]["float_layers"]))
         for f in fits:
             f[2]["chosen"] = f is chosen
-        self.op_types = chosen[0]
         quantize, result = chosen[1]
         result[1].accuracy_budget.op_sets = [f[2] for f in fits]
-        return quantize, result
+        return chosen[0], (quantize, result)
 
     def _fastest(self, ctx: PassContext, fp32: Path, models: tuple, meta: BuildMeta, requantize, data) -> Path:
         """Where the host runs the artifact: time fp32, the budget's INT8 and (when layers were

@@ -51,6 +51,7 @@ class VerifyPass(Pass):
     version = 4
     consumes = frozenset({LITE_NB, ONNX})
     produces = VERIFIED
+    needs = frozenset({PADDLE_FLOAT})      # the float model: the reference the artifact is judged by
     Config = VerifyConfig
 
     def target_facts(self, ctx: PassContext):
@@ -79,23 +80,24 @@ class VerifyPass(Pass):
                 f"{'all 0' if not record['zero_points_nonzero'] else 'not all 0'}: passed")
         return record
 
-    def task_record(self, task, outs, reference, labels: dict, ctx: PassContext) -> dict:
+    def task_record(self, task, outs, reference, labels: dict, ctx: PassContext, cut_nms: dict | None) -> dict:
         """``verify.task``: the task metric of the float model and of the artifact (``outs``;
-        None when the host cannot run it: only the float figure)."""
+        None when the host cannot run it: only the float figure). ``cut_nms``: the NMS convert
+        moved out of the graph ([backend.onnx] nms), from the input's meta."""
         from ..task.evaluate import evaluate
         from ..task.user import user_metric
 
         spec = (self.config.task or {}).get("metric")
         user = user_metric(ctx.project.root, spec, ctx.workdir / "verify-metric.log") if spec else None
         post, how = self.declared_post(task), {}
-        if self.cut_nms is not None:     # the artifact ends before its NMS; the float program has it
-            post = self.cut_nms
+        if cut_nms is not None:     # the artifact ends before its NMS; the float program has it
+            post = cut_nms
         if post is not None:        # the answers of the runner's post-processing are compared
             from ..task.post import answer_figures, answers_of, nms_rows
 
             try:
                 outs = None if outs is None else answers_of(outs, post)
-                reference = nms_rows(reference) if self.cut_nms is not None else answers_of(reference, post)
+                reference = nms_rows(reference) if cut_nms is not None else answers_of(reference, post)
             except (ValueError, IndexError) as exc:
                 raise PassError(self.name, f"[postprocess] op = \"{post['op']}\": {exc}",
                                 hint="check [postprocess] (output indices) in edgeforge.toml") from None
@@ -115,7 +117,7 @@ class VerifyPass(Pass):
         if self.config.task is not None or post is not None:
             rec["settings"] = {**dataclasses.asdict(task), "metric": spec, "project": str(ctx.project.root),
                                **({"postprocess": post} if post is not None else {}),
-                               **({"float_nms_in_graph": True} if self.cut_nms is not None else {})}
+                               **({"float_nms_in_graph": True} if cut_nms is not None else {})}
         if outs is None:
             rec.update(artifact=None, drop=None)
             rec["figures"].pop("artifact", None)
@@ -123,19 +125,19 @@ class VerifyPass(Pass):
         ctx.log(f"task {task.kind}: {rec['metric']} float {rec['float']}, artifact {rec['artifact']}{drop}")
         return rec
 
-    def batch_check(self, run, feeds: dict, float_dir: Path, task, precision: str) -> dict:
+    def batch_check(self, run, feeds: dict, float_dir: Path, task, precision: str, cut_nms: dict | None) -> dict:
         """``verify.batches``: the detections at batch 1 and 4 against the float model's (fp32)
         or the artifact's own at one batch (INT8) (:mod:`.verify_batches`)."""
         from ..task.evaluate import detections
         from ..task.post import answers_of, nms_rows
         from .verify_batches import detection_batches, per_image
 
-        post = self.cut_nms or self.declared_post(task)
+        post = cut_nms or self.declared_post(task)
 
         def answers(outs, is_float: bool):
             if post is None:
                 return detections(outs)
-            return per_image(nms_rows(outs) if is_float and self.cut_nms is not None else answers_of(outs, post))
+            return per_image(nms_rows(outs) if is_float and cut_nms is not None else answers_of(outs, post))
 
         limit = (self.config.task or {}).get("max_metric_drop")
         limit = self.config.max_accuracy_drop if limit is None else limit
@@ -167,13 +169,13 @@ class VerifyPass(Pass):
                                         f"cosine {a['cosine']:.6f}"))
         return record
 
-    def answer_task(self, task, ctx: PassContext):
+    def answer_task(self, task, ctx: PassContext, cut_nms: dict | None):
         """The task the answers are judged as: a generic one (no ``[task]``, no 1-D labels) whose
         NMS the convert moved out of the graph (``[backend.onnx] nms = "postprocess"``) gives
         detections on both sides, so it is judged by them (mAP vs float), not by a cosine."""
-        if task.kind != "generic" or self.cut_nms is None:
+        if task.kind != "generic" or cut_nms is None:
             return task
-        ctx.log(f"no [task] kind: the outputs go through {self.cut_nms['op']}, judged as detections")
+        ctx.log(f"no [task] kind: the outputs go through {cut_nms['op']}, judged as detections")
         return dataclasses.replace(task, kind="detection")
 
     def declared_post(self, task) -> dict | None:
@@ -235,7 +237,7 @@ class VerifyPass(Pass):
         ctx.log(f"pre-processing parity on {len(paths)} images: max difference {record['max_abs_diff']:.3g}")
         return record
 
-    def write_pipeline(self, out_dir: Path, ctx: PassContext, precision: str) -> None:
+    def write_pipeline(self, out_dir: Path, ctx: PassContext, precision: str, cut_nms: dict | None) -> None:
         """pipeline.json: what an app needs next to the model (see docs/task.md)."""
         import json
 
@@ -252,24 +254,23 @@ class VerifyPass(Pass):
                **({"folded": [st for st in steps_of(pre) if st["op"] not in UNFOLDED]} if pre and pre.get("fold")
                   else {}),
                "postprocess": {**{k: task.get(k) for k in ("kind", "blank", "time_axis", "top_k", "score_threshold")
-                                  if k in task}, **(self.cut_nms or resolve(self.config.postprocess, self.config.task))},
+                                  if k in task}, **(cut_nms or resolve(self.config.postprocess, self.config.task))},
                "labels": list(task.get("label_names") or []),
                "precision": precision}
         (out_dir / "pipeline.json").write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
-    cut_nms: dict | None = None     # the NMS convert moved out of the graph ([backend.onnx] nms)
-
     def run(self, inp: Artifact, out_dir: Path, ctx: PassContext) -> dict:
         cfg: VerifyConfig = self.config
-        self.cut_nms = inp.meta.nms.postprocess if inp.meta.nms else None
+        # the NMS convert moved out of the graph ([backend.onnx] nms): this run's, never the pass's
+        cut_nms = inp.meta.nms.postprocess if inp.meta.nms else None
         data = ctx.project.load_data("evaluation")
         names = [s.name for s in ctx.project.inputs]
         feeds = {k: data[k] for k in names}
         label_arrays = {k: v for k, v in data.items() if k not in names}
-        task = self.answer_task(ctx.project.task(label_arrays), ctx)
+        task = self.answer_task(ctx.project.task(label_arrays), ctx, cut_nms)
         # the top-1 figures of the tensor check are a classifier's
         labels = data.get("labels") if task.kind == "classification" else None
-        float_dir = ctx.history[PADDLE_FLOAT].path
+        float_dir = ctx.needed(PADDLE_FLOAT, self.name).path
         ctx.log(f"Paddle Inference reference on {len(feeds[names[0]])} evaluation samples")
         reference = paddle_inference(float_dir, feeds)
 
@@ -306,7 +307,7 @@ class VerifyPass(Pass):
                 ctx.log(f"running {artifact_file} under Paddle Lite (x86) on the host")
                 runtime, outs = lite_outputs(self.name, str(out_dir / artifact_file), names, feeds,
                                              ctx.workdir / "verify-lite.log")
-            result["task"] = self.task_record(task, outs, reference, label_arrays, ctx)
+            result["task"] = self.task_record(task, outs, reference, label_arrays, ctx, cut_nms)
             m = drift_metrics(outs, reference, labels)
             per_output = m.pop("outputs", [])
             if k:       # the accuracy figures are those of the output the labels are for
@@ -319,14 +320,14 @@ class VerifyPass(Pass):
             worst_rel = max((o["rel_max_abs_error"] or 0.0) for o in per_output) if per_output else 0.0
             worst_cos = min((o["cosine"] for o in per_output if o["cosine"] is not None), default=1.0)
             t = result["task"]
-            if task.kind == "detection" and self.cut_nms is None and has_nms_rows(reference):
+            if task.kind == "detection" and cut_nms is None and has_nms_rows(reference):
                 result["detections"] = float_detections(outs, reference, task.score_threshold)
-            if precision == "fp32" and self.cut_nms is None and "detections" in result:
+            if precision == "fp32" and cut_nms is None and "detections" in result:
                 ok, reason = result["detections"]["status"] == "passed", result["detections"].get("reason")
-            elif precision == "fp32" and self.cut_nms is None:
+            elif precision == "fp32" and cut_nms is None:
                 ok = worst_rel <= cfg.float_rel_tolerance
                 reason = f"float output differs from Paddle Inference by {worst_rel:.2e} (relative)"
-            elif (cfg.task is not None or self.cut_nms is not None) and t.get("drop") is not None:
+            elif (cfg.task is not None or cut_nms is not None) and t.get("drop") is not None:
                 limit = (cfg.task or {}).get("max_metric_drop")
                 limit = cfg.max_accuracy_drop if limit is None else limit
                 ok = t["drop"] <= limit
@@ -338,7 +339,7 @@ class VerifyPass(Pass):
                 ok = worst_cos >= cfg.min_cosine
                 reason = f"cosine {worst_cos:.4f} < {cfg.min_cosine}"
             if task.kind == "detection" and ctx.backend == "onnx":
-                result["batches"] = self.batch_check(run, feeds, float_dir, task, precision)
+                result["batches"] = self.batch_check(run, feeds, float_dir, task, precision, cut_nms)
                 if ok and result["batches"]["status"] == "failed":
                     ok, reason = False, result["batches"]["reason"]
             result["status"] = "passed" if ok else "failed"
@@ -348,7 +349,7 @@ class VerifyPass(Pass):
             # Float accuracy of the reference is still worth reporting.
             if labels is not None and reference[k].ndim == 2:
                 result["float_accuracy"] = float(np.mean(reference[k].argmax(1) == labels))
-            result["task"] = self.task_record(task, None, reference, label_arrays, ctx)
+            result["task"] = self.task_record(task, None, reference, label_arrays, ctx, cut_nms)
         # free dimensions: the artifact at min, opt and max of each declared range
         shapes.apply(result, shapes.check_shapes(self, out_dir / artifact_file, float_dir, feeds, precision, ctx))
         if ctx.project.fold is not None:
@@ -357,8 +358,8 @@ class VerifyPass(Pass):
             result["contract"] = contract
         if preprocess is not None:
             result["preprocess"] = preprocess
-        if cfg.preprocess is not None or cfg.task is not None or cfg.postprocess is not None or self.cut_nms:
-            self.write_pipeline(out_dir, ctx, precision)
+        if cfg.preprocess is not None or cfg.task is not None or cfg.postprocess is not None or cut_nms:
+            self.write_pipeline(out_dir, ctx, precision, cut_nms)
         meta = inp.meta.updated(verify=result, num_eval_samples=int(len(feeds[names[0]])))
         n = shipped["samples"]
         if outs is not None and n < meta.num_eval_samples:      # the device's figures, on the host

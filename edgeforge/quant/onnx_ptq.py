@@ -9,13 +9,26 @@ collects a fine (4096-bin) histogram with onnxruntime's own calibrator, folds it
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 import numpy as np
 
 from .kl import cal_kl_threshold_fast
 
 HIST_BINS = 4096      # signed histogram over [-t, t]; folded to 2048 bins of |x|
+
+
+@dataclass
+class QuantRun:
+    """What one run of quantize.onnx works out, kept in the run, never on the pass: the target
+    runtime's INT8 scheme, the calibration batches, the tensor ranges by (op set, algo) that
+    calibration reads from the float model once, and the tensors the histograms could not bin
+    (tensor -> why, quant/degenerate.py)."""
+    scheme: Any
+    batches: list
+    ranges: dict = field(default_factory=dict)
+    degenerate: dict = field(default_factory=dict)
 
 
 def mse_threshold(folded: np.ndarray, bin_width: float, bits: int = 8, candidates: int = 256) -> float:

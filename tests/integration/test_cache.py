@@ -10,7 +10,7 @@ from helpers import copy_project
 
 
 def hits(result) -> dict[str, bool]:
-    return {s["pass"]: s["cache_hit"] for s in result.manifest["steps"]}
+    return {s["pass"]: s["source"] != "built" for s in result.manifest["steps"]}
 
 
 @pytest.fixture
@@ -102,8 +102,8 @@ def test_two_cold_builds_give_the_same_key_for_every_step(tmp_path):
     proj = tiny_project(tmp_path / "p", "small", SMALL, [-1, 3, 8, 8], samples=16)
     a = api.build(proj, "linux-x86", out=tmp_path / "a", cache_dir=tmp_path / "ca")
     b = api.build(proj, "linux-x86", out=tmp_path / "b", cache_dir=tmp_path / "cb")
-    keys = [[(s["pass"], s["cache_key"], s["cache"]) for s in r.manifest["steps"]] for r in (a, b)]
-    assert keys[0] == keys[1] and all(cache == "miss" for _, _, cache in keys[0])
+    keys = [[(s["pass"], s["cache_key"], s["source"]) for s in r.manifest["steps"]] for r in (a, b)]
+    assert keys[0] == keys[1] and all(source == "built" for _, _, source in keys[0])
     assert a.manifest["artifact"]["sha256"] == b.manifest["artifact"]["sha256"]
     # the measurements are still in the manifest (from the side record), and differ between builds
     assert a.manifest["int8_vs_fp32"]["fp32_samples_ms"] != b.manifest["int8_vs_fp32"]["fp32_samples_ms"]
@@ -112,7 +112,7 @@ def test_two_cold_builds_give_the_same_key_for_every_step(tmp_path):
     assert "int8_vs_fp32" not in (entry / "entry.json").read_text()
     assert "int8_vs_fp32" in (entry / "measured.json").read_text()
     warm = api.build(proj, "linux-x86", out=tmp_path / "a", cache_dir=tmp_path / "ca")
-    assert all(s["cache"] == "hit" for s in warm.manifest["steps"])
+    assert all(s["source"] == "local" for s in warm.manifest["steps"])
     assert warm.manifest["int8_vs_fp32"] == a.manifest["int8_vs_fp32"]
 
 
@@ -140,14 +140,14 @@ def test_a_device_only_runner_edit_keeps_every_step_a_hit_and_a_host_one_rebuild
 
     def build():
         r = api.build(proj, "jetson-orin", out=tmp_path / "out", cache_dir=tmp_path / "cache")
-        return {s["pass"]: s["cache"] for s in r.manifest["steps"]}
+        return {s["pass"]: s["source"] for s in r.manifest["steps"]}
 
     cold = build()
-    assert set(cold.values()) == {"miss"}
+    assert set(cold.values()) == {"built"}
     for module in ("load.py", "bench.py", "smoke.py"):
         f = root / "runner" / module
         f.write_text(f.read_text() + "\n# a device-only edit\n")
-    assert build() == {p: "hit" for p in cold}
+    assert build() == {p: "local" for p in cold}
     metrics = root / "runner" / "metrics.py"
     metrics.write_text(metrics.read_text() + "\n# an edit to code verify runs\n")
     assert build() == cold          # every step's key holds the code digest: all rebuilt

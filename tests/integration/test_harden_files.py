@@ -210,7 +210,7 @@ def test_a_read_only_cache_serves_hits_and_refuses_a_miss(warm, tmp_path):
                       env={"EDGEFORGE_CACHE": str(ro)})
         assert hit.returncode == 0, hit.stderr
         m = json.loads((tmp_path / "hit" / "manifest.json").read_text())
-        assert all(s["cache_hit"] for s in m["steps"]), m["steps"]
+        assert all(s["source"] == "local" for s in m["steps"]), m["steps"]
         # int8 is not in the cache: its first miss would have to write
         miss = run_cli("build", str(proj), "--target", "linux-x86", "--out", str(tmp_path / "miss"),
                        env={"EDGEFORGE_CACHE": str(ro)})

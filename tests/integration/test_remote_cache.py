@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from edgeforge.manifest import CacheSource
 
 from helpers import copy_project, run_cli, tiny_project
 
@@ -160,7 +161,7 @@ def manifest(out: Path) -> dict:
 
 
 def sources(out: Path) -> dict[str, str]:
-    return {s["pass"]: s["cache"] for s in manifest(out)["steps"]}
+    return {s["pass"]: CacheSource(s["source"]).label for s in manifest(out)["steps"]}
 
 
 def warnings(r) -> list[str]:

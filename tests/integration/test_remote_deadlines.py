@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from edgeforge.manifest import CacheSource
 
 from helpers import run_cli, tiny_project
 
@@ -144,7 +145,7 @@ def build(project: Path, base: Path, *flags: str, env: dict | None = None):
 
 
 def sources(out: Path) -> dict[str, str]:
-    return {s["pass"]: s["cache"] for s in json.loads((out / "manifest.json").read_text())["steps"]}
+    return {s["pass"]: CacheSource(s["source"]).label for s in json.loads((out / "manifest.json").read_text())["steps"]}
 
 
 def warnings(r) -> list[str]:

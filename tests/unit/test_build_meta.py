@@ -60,7 +60,7 @@ def test_the_cache_key_ignores_host_timings_and_follows_content(tmp_path):
     assert a.meta.int8_vs_fp32 != b.meta.int8_vs_fp32
     assert a.meta.accuracy_budget.speed[0].p50_ms != b.meta.accuracy_budget.speed[0].p50_ms
     assert [s.key for s in steps_a] == [s.key for s in steps_b]
-    assert not any(s.cache_hit for s in steps_a + steps_b)
+    assert not any(s.source.hit for s in steps_a + steps_b)
     # a real content difference in the meta changes the key of the step that takes it
     c, steps_c = _build(tmp_path, "cc", keep_float=["conv_3"])
     assert steps_c[1].key != steps_a[1].key
@@ -69,7 +69,7 @@ def test_the_cache_key_ignores_host_timings_and_follows_content(tmp_path):
     assert steps_d[1].key != steps_a[1].key
     # a warm rebuild hands the measurements back from the side record, typed
     warm, steps_w = _build(tmp_path, "ca")
-    assert all(s.cache_hit for s in steps_w)
+    assert all(s.source.hit for s in steps_w)
     assert warm.meta.int8_vs_fp32 == a.meta.int8_vs_fp32
     assert warm.meta.accuracy_budget.attempts[0].at_s == a.meta.accuracy_budget.attempts[0].at_s
     assert warm.meta.quantization.scheme.host_cpu_flags == a.meta.quantization.scheme.host_cpu_flags

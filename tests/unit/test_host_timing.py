@@ -25,9 +25,9 @@ def test_linux_x86_onnx_is_timed_on_an_x86_host_only():
 def test_tensorrt_targets_are_never_timed_on_the_host():
     for name in ("jetson-orin", "jetson-nano"):
         for machine in ("x86_64", "aarch64"):        # not even on an arm64 host: a different runtime
-            ok, why = host_can_time(load_target(name), machine=machine)
+            ok, why = host_can_time(load_target(name), "onnx", machine=machine)
             assert not ok and why == f"{name} runs TensorrtExecutionProvider, the host times CPUExecutionProvider"
-    line = needs_device(load_target("jetson-orin"), machine="x86_64")
+    line = needs_device(load_target("jetson-orin"), "onnx", machine="x86_64")
     assert line.startswith("the host cannot decide (jetson-orin runs TensorrtExecutionProvider")
     assert "the decision needs a device: edgeforge bench" in line
 

@@ -27,6 +27,7 @@ ROWS = {
     "passes": 4,
     "init": 4.5,                        # edgeforge init: a factory's InputSpecs through export's import
     "export_program": 4.6,              # edgeforge export: init's factory inputs, the export pass
+    "plan": 4.8,                        # the build plan: passes by backend and precision
     "pipeline": 5,
     "api": 6,
     "lab": 6.5,                         # a labgrid lab: its inventory table, client, place holds

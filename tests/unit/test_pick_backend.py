@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from edgeforge.errors import ConfigError
-from edgeforge.passes.export import lite_refusal, pick_backend, routes_for
+from edgeforge.options import resolve_backend
+from edgeforge.passes.export import lite_refusal, routes_for
 from edgeforge.targets import load_target
 
 
@@ -27,7 +28,7 @@ def _project(tmp_path: Path, suffix: str | None) -> SimpleNamespace:
 
 @pytest.mark.parametrize("target", ["rpi4", "rpi5", "android-arm64"])
 def test_a_pir_program_takes_the_onnx_backend_of_a_lite_target(tmp_path, target):
-    backend, why = pick_backend(_project(tmp_path, ".json"), load_target(target))
+    backend, why = resolve_backend(load_target(target), None, _project(tmp_path, ".json"))
     assert backend == "onnx" and why == "backend: onnx, not lite: inference.json is PIR, Paddle Lite reads only .pdmodel"
     assert len(why) <= 80
 
@@ -40,7 +41,7 @@ def test_a_pir_program_takes_the_onnx_backend_of_a_lite_target(tmp_path, target)
     (None, "rpi4", None, "lite"),                  # a factory: edgeforge exports what Lite reads
 ])
 def test_otherwise_the_choice_is_the_users_or_the_targets(tmp_path, suffix, target, asked, want):
-    assert pick_backend(_project(tmp_path, suffix), load_target(target), asked) == (want, None)
+    assert resolve_backend(load_target(target), asked, _project(tmp_path, suffix)) == (want, None)
 
 
 def test_a_pir_program_for_lite_is_refused_naming_the_commands(tmp_path, monkeypatch):

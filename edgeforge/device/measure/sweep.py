@@ -116,6 +116,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
     precision x threads x power mode on DEVICE (``bench``), one result per point.
     ``out``: the parent directory of the builds."""
     from ... import api
+    from ...options import resolve_backend
     from ...project import load_project
     from ...targets import load_target
 
@@ -128,7 +129,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
     if dev.target != target:
         raise ConfigError(f"device {dev.name} is a {dev.target}, not a {target}", hint=f"use --target {dev.target}")
     profile = load_target(target)
-    backend = backend or profile.backend.default
+    backend = resolve_backend(profile, backend, load_project(project))[0]   # as each api.build resolves it
     profile.backend_config(backend)
     explicit = precisions is not None
     precisions = list(precisions or DEFAULT_PRECISIONS)
@@ -164,7 +165,7 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
     builds: dict[str, Path] = {}
     for prec, dest in planned.items():
         on_step("build", f"{name} {target} {backend} {prec}")
-        res = api.build(project, target, build.model_copy(update={"backend": backend, "precision": prec}),
+        res = api.build(project, target, build.model_copy(update={"precision": prec}),
                         out=dest,
                         on_event=lambda n, phase, info: on_step("build", f"{prec}: {n} {phase}"),  # noqa: B023
                         log=lambda msg: on_step("build", f"{prec}: {msg}"))  # noqa: B023 - used in this call
@@ -185,9 +186,9 @@ def sweep(project, target: str, device: str, axes: SweepAxes | None = None,
             for mode in modes:
                 outcome.points.append(SweepPoint(prec, t, mode, bdir))
     manifests = {prec: read_manifest(b) for prec, b in builds.items()}
-    settings = {id(p): resolve_settings(manifests[p.precision], dev,
-                                        bench.model_copy(update={"threads": p.threads,
-                                                                 "power_mode": p.power_mode}))
+    # a point's threads and power mode are measurement options (BenchOptions.measure)
+    settings = {id(p): resolve_settings(manifests[p.precision], dev, bench.model_copy(update={
+                    "measure": bench.measure.model_copy(update={"threads": p.threads, "power_mode": p.power_mode})}))
                 for p in outcome.points}
     n = len(outcome.points)
 

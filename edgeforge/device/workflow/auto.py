@@ -50,16 +50,17 @@ def allowed(profile, backend: str) -> list[str]:
 
 def _plan(project, target: str, build: BuildOptions | None, out):
     from ... import api
+    from ...options import resolve_backend
     from ...project import load_project
     from ...targets import load_target
 
     build = build or BuildOptions()
     profile = load_target(target)
-    backend = build.backend or profile.backend.default
     proj = load_project(project)
+    backend = resolve_backend(profile, build.backend, proj)[0]     # what each api.build resolves too
     dest = Path(out) if out else api.default_out_dir(proj, profile, backend, profile.precision_for(backend))
     api.check_out_dir(dest)             # build --out's rule, before the candidates are built
-    return build.model_copy(update={"backend": backend}), profile, backend, dest
+    return build, profile, backend, dest
 
 
 def _build_all(project, target, build: BuildOptions, precisions, work: Path, log) -> dict:
