@@ -57,7 +57,10 @@ def projects(names: list[str], work: Path) -> tuple[dict[str, Path], list[str]]:
         if mod is None:
             notes.append(why)
         for n in wanted if mod is not None else []:
+            print(f"{n}: training briefly and exporting (the suite loader) ...", flush=True)
             root, facts = mod.suite_project(work / n, n, "legacy")
+            print(f"  trained in {facts.get('seconds', 0):.0f} s, float {facts.get('accuracy_kind')} "
+                  f"{facts.get('float_accuracy')}, {facts.get('export')}", flush=True)
             if facts.get("export_error"):
                 notes.append(f"{n}: export failed: {facts['export_error'][:60]}")
                 continue
@@ -101,7 +104,7 @@ def measure(name: str, project: Path, sshd, work: Path, runs: int) -> dict:
     ref = m["reference"]
     return {"model": name, "build_plain_s": plain_s, "build_search_s": search_s,
             "search": {k: ab.get(k) for k in ("seconds", "max_seconds", "stopped", "met")}
-            | {"attempts": len(ab.get("attempts") or [])},
+            | {"attempts": len(ab.get("attempts") or []), "tried": search_tried(ab)},
             "artifact_bytes": m["artifact"]["size_bytes"], "reference": {k: ref.get(k) for k in (
                 "samples", "evaluation_samples", "bytes", "raw_bytes", "confidence")},
             "upload_first_bytes": b8[0]["transfer"]["uploaded_bytes"],
@@ -111,6 +114,20 @@ def measure(name: str, project: Path, sshd, work: Path, runs: int) -> dict:
             "verdict_build": hv.line if hv else "none (the host did not time it)",
             "verdict_bench": dv.line if dv else why,
             "speed_build": hv.speed if hv else None, "speed_bench": dv.speed if dv else None}
+
+
+def search_tried(ab: dict) -> str:
+    """What the budget search tried, in one line: 'plain INT8 met (1 attempt)' or
+    '5 attempts (float layers 0, 3, 6, ...), 2 screened on a subset, stopped at max_seconds'."""
+    att = ab.get("attempts") or []
+    if not att:
+        return "no search (plain INT8 only)"
+    kept = ", ".join(str(a.get("kept")) for a in att[:8]) + (", ..." if len(att) > 8 else "")
+    screened = sum(1 for a in att if a.get("screened"))
+    return (f"{len(att)} attempt(s) in {ab.get('seconds')} s of max_seconds {ab.get('max_seconds')} "
+            f"(float layers {kept})" + (f", {screened} screened on a subset" if screened else "")
+            + (f", stopped at {ab['stopped']}" if ab.get("stopped") else "")
+            + (", met" if ab.get("met") else ", budget not met"))
 
 
 def mb(n) -> str:
@@ -159,11 +176,22 @@ def main(argv=None) -> int:
         try:
             for name, project in found.items():
                 print(f"{name}: building and benching ...", flush=True)
-                rows.append(measure(name, project, sshd, work, args.runs))
+                try:
+                    rows.append(measure(name, project, sshd, work, args.runs))
+                except Exception as exc:        # noqa: BLE001 - one model's failure is a row, not the run
+                    notes.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+                    print(f"  failed: {notes[-1]}", flush=True)
+                    continue
                 r = rows[-1]
                 print(f"  reference: {r['reference']['confidence']}")
+                print(f"  search: {r['search']['tried']}")
+                print(f"  build s: plain {r['build_plain_s']:.1f}, search {r['build_search_s']:.1f}; "
+                      f"bench s: fp32 {r['bench_fp32_wall_s']:.1f}, int8 {r['bench_wall_s']:.1f}")
                 print(f"  build: {r['verdict_build']}")
-                print(f"  bench: {r['verdict_bench']}")
+                print(f"  bench: {r['verdict_bench']}", flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps({"host_int8_flags": flags, "rows": rows, "notes": notes},
+                                                    indent=1) + "\n")
         finally:
             sshd.stop()
     print(table(rows))
