@@ -96,6 +96,7 @@ def measure(name: str, project: Path, sshd, work: Path, runs: int) -> dict:
     plain_s, _ = timed_build(project, work / f"{name}-plain", precision="int8", float_fallback=False)
     search_s, m = timed_build(project, work / f"{name}-int8", precision="int8")
     _, fp32 = timed_build(project, work / f"{name}-fp32", precision="fp32")
+    sib = m.get("float_artifact") or {}
     b32 = bench_twice(sshd, work, work / f"{name}-fp32", runs)
     b8 = bench_twice(sshd, work, work / f"{name}-int8", runs)
     hv = host_verdict(m)
@@ -105,7 +106,13 @@ def measure(name: str, project: Path, sshd, work: Path, runs: int) -> dict:
     return {"model": name, "build_plain_s": plain_s, "build_search_s": search_s,
             "search": {k: ab.get(k) for k in ("seconds", "max_seconds", "stopped", "met")}
             | {"attempts": len(ab.get("attempts") or []), "tried": search_tried(ab)},
-            "artifact_bytes": m["artifact"]["size_bytes"], "reference": {k: ref.get(k) for k in (
+            "artifact_bytes": m["artifact"]["size_bytes"],
+            # the INT8 build's fp32 sibling (bench times both interleaved): linked on the device when
+            # it is the fp32 build's artifact byte for byte, else uploaded with the INT8 artifact
+            "sibling_bytes": sib.get("size_bytes"), "sibling_is_fp32_artifact": sib.get("sha256") == fp32["artifact"]["sha256"],
+            "routes": {"int8": (m.get("export") or {}).get("route"), "fp32": (fp32.get("export") or {}).get("route")},
+            "verdict_bench_source": "interleaved" if b8[0].get("int8_vs_fp32") else "separate runs",
+            "reference": {k: ref.get(k) for k in (
                 "samples", "evaluation_samples", "bytes", "raw_bytes", "confidence")},
             "upload_first_bytes": b8[0]["transfer"]["uploaded_bytes"],
             "upload_second_bytes": b8[1]["transfer"]["uploaded_bytes"],
