@@ -131,3 +131,10 @@ def test_a_segmenter_bench_sends_its_artifact_and_8_mb_once(cli, lab, segmenter)
     assert pair["rounds"] == 5 and len(pair["fp32_samples_ms"]) == len(pair["int8_samples_ms"]) == 5
     assert pair["fp32_sha256"] == sib["sha256"] and pair["spinning"] is False
     assert "verdict: INT8 " in out and "on this device, interleaved with its fp32 sibling" in " ".join(out.split())
+    # without the sibling: the INT8 run alone, its verdict against the fp32 run above, "separate runs"
+    code, out, err = cli("bench", int8.out_dir, "--device", "local", "--inventory", inv, "--results", lab.results,
+                         "--runs", "5", "--no-fp32-sibling")
+    assert code == 0, err
+    fourth = max((read_result(p) for p in lab.result_files()), key=lambda r: r["created_at"])
+    assert "int8_vs_fp32" not in fourth and fourth["transfer"]["uploaded_bytes"] == 0
+    assert "on this device, separate runs" in " ".join(out.split())
