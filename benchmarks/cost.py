@@ -43,7 +43,7 @@ def suite_loader():
     return mod, None
 
 
-def projects(names: list[str], work: Path) -> tuple[dict[str, Path], list[str]]:
+def projects(names: list[str], work: Path, train_scale: float = 1.0) -> tuple[dict[str, Path], list[str]]:
     notes, out = [], {}
     if "digits" in names:
         digits = REPO / "examples" / "digits"
@@ -57,6 +57,9 @@ def projects(names: list[str], work: Path) -> tuple[dict[str, Path], list[str]]:
         if mod is None:
             notes.append(why)
         for n in wanted if mod is not None else []:
+            if train_scale != 1.0:          # fewer training steps: a quicker, less accurate model
+                steps, batch, lr = mod.RECIPE[n]
+                mod.RECIPE[n] = (max(1, round(steps * train_scale)), batch, lr)
             print(f"{n}: training briefly and exporting (the suite loader) ...", flush=True)
             root, facts = mod.suite_project(work / n, n, "legacy")
             print(f"  trained in {facts.get('seconds', 0):.0f} s, float {facts.get('accuracy_kind')} "
@@ -77,7 +80,7 @@ def timed_build(project: Path, out: Path, **opts) -> tuple[float, dict]:
 
 
 def bench_twice(sshd, work: Path, build_dir: Path, runs: int) -> list[dict]:
-    from edgeforge.device.measure.bench import bench
+    from edgeforge.device.measure.pick import bench
     from edgeforge.options import BenchOptions
 
     inv = sshd.write_inventory(work / "devices.toml")
@@ -160,6 +163,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="digits,pp_lcnet,pp_hgnetv2,pp_liteseg,picodet_s")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--train-scale", type=float, default=1.0,
+                    help="suite models: this share of the loader's training steps (a quicker, less accurate model)")
     args = ap.parse_args(argv)
     if not 1 <= args.runs <= 10000:
         print("error: --runs must be 1 to 10000", file=sys.stderr)
@@ -176,7 +181,7 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgeforge-cost-") as tmp:
         work = Path(tmp)
-        found, notes = projects(args.models.split(","), work)
+        found, notes = projects(args.models.split(","), work, args.train_scale)
         for n in notes:
             print(f"note: {n}")
         sshd = LocalSshd(work / "sshd").start()
