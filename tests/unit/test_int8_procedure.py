@@ -125,8 +125,8 @@ def test_bench_decides_on_its_own_interleaved_rounds_not_on_an_earlier_run():
 
 def test_the_runner_interleaves_rounds_rotating_the_order():
     """The device side: every round times each model once, the first model of a round rotating,
-    after the same warm-ups for each (edgeforge_runner.interleaved_rounds)."""
-    from edgeforge.runner import edgeforge_runner as runner
+    after the same warm-ups for each (edgeforge.runner.timing.interleaved_rounds)."""
+    from edgeforge.runner import timing as runner
 
     calls: list[str] = []
 
@@ -143,7 +143,7 @@ def test_the_runner_interleaves_rounds_rotating_the_order():
 
 
 def test_the_runner_refuses_a_baseline_it_has_not_checked():
-    from edgeforge.runner import edgeforge_runner as runner
+    from edgeforge.runner import limits as runner
 
     spec = {"files": {"model.onnx": "0" * 64}, "runs": 5}
     assert runner._check_bench(dict(spec, baseline={"path": "float/model.onnx"})).startswith("baseline")
