@@ -43,7 +43,7 @@ def suite_loader():
     return mod, None
 
 
-def projects(names: list[str], work: Path) -> tuple[dict[str, Path], list[str]]:
+def projects(names: list[str], work: Path, train_scale: float = 1.0) -> tuple[dict[str, Path], list[str]]:
     notes, out = [], {}
     if "digits" in names:
         digits = REPO / "examples" / "digits"
@@ -57,7 +57,13 @@ def projects(names: list[str], work: Path) -> tuple[dict[str, Path], list[str]]:
         if mod is None:
             notes.append(why)
         for n in wanted if mod is not None else []:
+            if train_scale != 1.0:          # fewer training steps: a quicker, less accurate model
+                steps, batch, lr = mod.RECIPE[n]
+                mod.RECIPE[n] = (max(1, round(steps * train_scale)), batch, lr)
+            print(f"{n}: training briefly and exporting (the suite loader) ...", flush=True)
             root, facts = mod.suite_project(work / n, n, "legacy")
+            print(f"  trained in {facts.get('seconds', 0):.0f} s, float {facts.get('accuracy_kind')} "
+                  f"{facts.get('float_accuracy')}, {facts.get('export')}", flush=True)
             if facts.get("export_error"):
                 notes.append(f"{n}: export failed: {facts['export_error'][:60]}")
                 continue
@@ -74,7 +80,7 @@ def timed_build(project: Path, out: Path, **opts) -> tuple[float, dict]:
 
 
 def bench_twice(sshd, work: Path, build_dir: Path, runs: int) -> list[dict]:
-    from edgeforge.device.measure.bench import bench
+    from edgeforge.device.measure.pick import bench
     from edgeforge.options import BenchOptions
 
     inv = sshd.write_inventory(work / "devices.toml")
@@ -93,6 +99,7 @@ def measure(name: str, project: Path, sshd, work: Path, runs: int) -> dict:
     plain_s, _ = timed_build(project, work / f"{name}-plain", precision="int8", float_fallback=False)
     search_s, m = timed_build(project, work / f"{name}-int8", precision="int8")
     _, fp32 = timed_build(project, work / f"{name}-fp32", precision="fp32")
+    sib = m.get("float_artifact") or {}
     b32 = bench_twice(sshd, work, work / f"{name}-fp32", runs)
     b8 = bench_twice(sshd, work, work / f"{name}-int8", runs)
     hv = host_verdict(m)
@@ -101,8 +108,14 @@ def measure(name: str, project: Path, sshd, work: Path, runs: int) -> dict:
     ref = m["reference"]
     return {"model": name, "build_plain_s": plain_s, "build_search_s": search_s,
             "search": {k: ab.get(k) for k in ("seconds", "max_seconds", "stopped", "met")}
-            | {"attempts": len(ab.get("attempts") or [])},
-            "artifact_bytes": m["artifact"]["size_bytes"], "reference": {k: ref.get(k) for k in (
+            | {"attempts": len(ab.get("attempts") or []), "tried": search_tried(ab)},
+            "artifact_bytes": m["artifact"]["size_bytes"],
+            # the INT8 build's fp32 sibling (bench times both interleaved): linked on the device when
+            # it is the fp32 build's artifact byte for byte, else uploaded with the INT8 artifact
+            "sibling_bytes": sib.get("size_bytes"), "sibling_is_fp32_artifact": sib.get("sha256") == fp32["artifact"]["sha256"],
+            "routes": {"int8": (m.get("export") or {}).get("route"), "fp32": (fp32.get("export") or {}).get("route")},
+            "verdict_bench_source": "interleaved" if b8[0].get("int8_vs_fp32") else "separate runs",
+            "reference": {k: ref.get(k) for k in (
                 "samples", "evaluation_samples", "bytes", "raw_bytes", "confidence")},
             "upload_first_bytes": b8[0]["transfer"]["uploaded_bytes"],
             "upload_second_bytes": b8[1]["transfer"]["uploaded_bytes"],
@@ -111,6 +124,20 @@ def measure(name: str, project: Path, sshd, work: Path, runs: int) -> dict:
             "verdict_build": hv.line if hv else "none (the host did not time it)",
             "verdict_bench": dv.line if dv else why,
             "speed_build": hv.speed if hv else None, "speed_bench": dv.speed if dv else None}
+
+
+def search_tried(ab: dict) -> str:
+    """What the budget search tried, in one line: 'plain INT8 met (1 attempt)' or
+    '5 attempts (float layers 0, 3, 6, ...), 2 screened on a subset, stopped at max_seconds'."""
+    att = ab.get("attempts") or []
+    if not att:
+        return "no search (plain INT8 only)"
+    kept = ", ".join(str(a.get("kept")) for a in att[:8]) + (", ..." if len(att) > 8 else "")
+    screened = sum(1 for a in att if a.get("screened"))
+    return (f"{len(att)} attempt(s) in {ab.get('seconds')} s of max_seconds {ab.get('max_seconds')} "
+            f"(float layers {kept})" + (f", {screened} screened on a subset" if screened else "")
+            + (f", stopped at {ab['stopped']}" if ab.get("stopped") else "")
+            + (", met" if ab.get("met") else ", budget not met"))
 
 
 def mb(n) -> str:
@@ -136,6 +163,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="digits,pp_lcnet,pp_hgnetv2,pp_liteseg,picodet_s")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--train-scale", type=float, default=1.0,
+                    help="suite models: this share of the loader's training steps (a quicker, less accurate model)")
     args = ap.parse_args(argv)
     if not 1 <= args.runs <= 10000:
         print("error: --runs must be 1 to 10000", file=sys.stderr)
@@ -152,18 +181,29 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="edgeforge-cost-") as tmp:
         work = Path(tmp)
-        found, notes = projects(args.models.split(","), work)
+        found, notes = projects(args.models.split(","), work, args.train_scale)
         for n in notes:
             print(f"note: {n}")
         sshd = LocalSshd(work / "sshd").start()
         try:
             for name, project in found.items():
                 print(f"{name}: building and benching ...", flush=True)
-                rows.append(measure(name, project, sshd, work, args.runs))
+                try:
+                    rows.append(measure(name, project, sshd, work, args.runs))
+                except Exception as exc:        # noqa: BLE001 - one model's failure is a row, not the run
+                    notes.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+                    print(f"  failed: {notes[-1]}", flush=True)
+                    continue
                 r = rows[-1]
                 print(f"  reference: {r['reference']['confidence']}")
+                print(f"  search: {r['search']['tried']}")
+                print(f"  build s: plain {r['build_plain_s']:.1f}, search {r['build_search_s']:.1f}; "
+                      f"bench s: fp32 {r['bench_fp32_wall_s']:.1f}, int8 {r['bench_wall_s']:.1f}")
                 print(f"  build: {r['verdict_build']}")
-                print(f"  bench: {r['verdict_bench']}")
+                print(f"  bench: {r['verdict_bench']}", flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps({"host_int8_flags": flags, "rows": rows, "notes": notes},
+                                                    indent=1) + "\n")
         finally:
             sshd.stop()
     print(table(rows))

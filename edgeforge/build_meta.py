@@ -130,6 +130,7 @@ class BuildMeta(BaseModel):
     artifact_sha256: Optional[str] = internal()   # -> manifest.artifact.sha256 (recomputed)
     reference_images: list[str] = internal([])    # -> manifest.reference.images
     device_reference: Optional[dict[str, Any]] = internal()  # -> manifest.reference (passes/reference_data.py)
+    float_file: Optional[str] = internal()        # -> manifest.float_artifact (an INT8 build's fp32 sibling)
     export: Optional[dict[str, Any]] = internal()     # the export's route and program (manifest.export)
     output_shapes: Optional[list[Any]] = internal()   # the exported program's outputs
     num_outputs: Optional[int] = internal()

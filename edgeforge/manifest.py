@@ -193,9 +193,14 @@ class Manifest(BaseModel):
     artifact: ArtifactDoc
     inputs: list[InputDoc] = Field(min_length=1, max_length=MAX_INPUTS)
     reference: Optional[ReferenceDoc] = None
+    float_artifact: Optional[ArtifactDoc] = None    # an INT8 build's fp32 sibling: bench times both
     runtime: RuntimeDoc = RuntimeDoc()
     target_profile: dict[str, Union[str, int, float, bool, None, dict]] = {}
     steps: list[StepDoc] = Field([], max_length=64)
+
+
+def _file_doc(root: Path, rel: str) -> dict:
+    return {"path": rel, "sha256": sha256_file(root / rel), "size_bytes": (root / rel).stat().st_size}
 
 
 def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
@@ -227,6 +232,8 @@ def build_manifest(project, build, final, steps, toolchain: dict) -> dict:
         "backend": backend,
         "precision": precision,
         "artifact": {"path": meta.file, "sha256": sha256_file(art), "size_bytes": art.stat().st_size},
+        **({"float_artifact": _file_doc(final.path, meta.float_file)}
+           if meta.float_file and meta.precision == "int8" and (final.path / meta.float_file).is_file() else {}),
         "steps": [s.to_json() for s in steps],
         **meta.manifest_fields(),
         "inputs": inputs,

@@ -254,6 +254,7 @@ class MeasureOptions(_Options):
     power_mode: Optional[str] = None
     profile: bool = False               # per-op profile on the device (bench --profile)
     end_to_end: bool = False            # time decode, pre-process, infer, post-process (bench --end-to-end)
+    fp32_sibling: bool = True           # an INT8 build: time its fp32 sibling in interleaved rounds too
 
     @field_validator("warmups", mode="before")
     @classmethod

@@ -210,6 +210,9 @@ def add_bench_flags(p, device: bool = True, builds: bool = False) -> None:
                    help="timed runs (default: the target's bench.runs)")
     p.add_argument("--warmups", metavar="auto|N",
                    help="'auto' (until timings settle) or a count (default: the target's)")
+    p.add_argument("--no-fp32-sibling", dest="fp32_sibling", action="store_false",
+                   help="an INT8 build: do not time the fp32 model it ships in interleaved rounds "
+                        "(its verdict then compares with an earlier fp32 run)")
     add_session_flags(p)
     add_gate_arguments(p, old_spelling=not builds)
 
@@ -300,7 +303,8 @@ def bench_options(args, **extra):
     from ..options import BenchOptions, MeasureOptions
 
     return BenchOptions.of(connection=connection_options(args), results_dir=args.results,
-                           measure=MeasureOptions.of(runs=args.runs, warmups=args.warmups, **extra))
+                           measure=MeasureOptions.of(runs=args.runs, warmups=args.warmups,
+                                                     fp32_sibling=getattr(args, "fp32_sibling", True), **extra))
 
 
 # ---------------------------------------------------------------- gates

@@ -30,6 +30,9 @@ PADDLE_FLOAT = "paddle.float"    # legacy static program: model.pdmodel + model.
 PADDLE_INT8 = "paddle.int8"      # quantized legacy program (+ the float one under float/)
 LITE_NB = "lite.nb"              # Paddle Lite naive buffer: model.nb
 ONNX = "onnx"                    # model.onnx
+# An INT8 build's fp32 sibling, shipped beside its artifact: bench times the two in interleaved
+# rounds on the device (manifest ``float_artifact``; report/int8_procedure.py)
+FLOAT_FILE_ONNX, FLOAT_FILE_LITE = "float/model.onnx", "float/model.nb"
 VERIFIED = "verified"            # an artifact plus reference data and verify figures
 
 

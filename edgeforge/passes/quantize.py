@@ -27,7 +27,7 @@ from ..paddle_env import private_scope, static_mode
 from ..quant.onnx_ptq import INT8_KERNEL_OP_TYPES, QuantRun
 from ..quant.ptq_weights import ptq_class, record_odd_weights
 from ..quant.screen import head, onnx_cost, search_limits, weight_bytes
-from .base import ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
+from .base import FLOAT_FILE_ONNX, ONNX, PADDLE_FLOAT, PADDLE_INT8, Artifact, Pass, PassConfig, PassContext, register
 
 QUANTIZABLE = ["conv2d", "depthwise_conv2d", "conv2d_transpose", "mul", "matmul", "matmul_v2"]
 
@@ -274,7 +274,7 @@ def evaluation_set(ctx: PassContext, limit: int | None = None):
 @register
 class OnnxQuantizePass(Pass):
     name = "quantize.onnx"
-    version = 8
+    version = 9                 # 9: ships its fp32 sibling
     consumes = frozenset({ONNX})
     produces = ONNX
     Config = QuantConfig
@@ -369,6 +369,8 @@ class OnnxQuantizePass(Pass):
                                   (feeds, labels, lambda: predict_all(onnx_predictor(pre), feeds)))
         final = out_dir / "model.onnx"
         shutil.copy2(model, final)
+        (out_dir / "float").mkdir()     # the fp32 build's artifact, byte for byte (base.FLOAT_FILE_ONNX)
+        shutil.copy2(inp.path / "model.onnx", out_dir / FLOAT_FILE_ONNX)
         q = meta.quantization
         q.pre_process = pre_info
         degenerate.note(meta, qrun.degenerate, ctx.log)
@@ -378,6 +380,7 @@ class OnnxQuantizePass(Pass):
         q.op_types = op_types or "onnxruntime default (every op it supports)"
         q.scheme = Scheme(**scheme.model_dump(mode="json"), chosen_by_cpu_flag=flag, host_cpu_flags=flags)
         meta.file, meta.precision, meta.float_size_bytes = "model.onnx", "int8", inp.meta.float_size_bytes
+        meta.float_file = FLOAT_FILE_ONNX
         meta.carry(inp.meta, "rewrites", "prune", "converter_fixes", "nms")
         if plain_path is not None:
             meta.accuracy_budget.cost = onnx_cost(plain_path, final, meta.int8_vs_fp32)

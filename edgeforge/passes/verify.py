@@ -48,7 +48,7 @@ class VerifyConfig(PassConfig):
 @register
 class VerifyPass(Pass):
     name = "verify"
-    version = 4
+    version = 5                 # 5: carries an INT8 build's fp32 sibling
     consumes = frozenset({LITE_NB, ONNX})
     produces = VERIFIED
     needs = frozenset({PADDLE_FLOAT})      # the float model: the reference the artifact is judged by
@@ -282,6 +282,10 @@ class VerifyPass(Pass):
         preprocess = self.preprocess_parity(float_dir, ctx) if cfg.preprocess is not None else None
         artifact_file = inp.meta.file
         shutil.copy2(inp.path / artifact_file, out_dir / artifact_file)
+        float_file = inp.meta.float_file      # an INT8 build's fp32 sibling (passes/base.py)
+        if float_file and (inp.path / float_file).is_file():
+            (out_dir / float_file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(inp.path / float_file, out_dir / float_file)
         precision = inp.meta.precision
         contract = self.check_contract(out_dir / artifact_file, ctx) if ctx.backend == "onnx" else None
 

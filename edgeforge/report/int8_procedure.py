@@ -1,10 +1,12 @@
 """One procedure for "is INT8 faster than fp32 here?", wherever it is measured: the build on the
 host, ``bench`` on a device, ``report``, ``--precision auto``.
 
-- **Rounds.** Where one process times both (the build, ``--precision auto`` on the host), they
-  are timed in interleaved rounds (:func:`edgeforge.quant.speed.interleaved`): the host's load
-  drift falls on both alike. ``bench`` times each build in its own run; the procedure is the
-  same, and its line says "separate runs".
+- **Rounds.** Both are timed in interleaved rounds wherever they can be: the build and
+  ``--precision auto`` on the host (:func:`edgeforge.quant.speed.interleaved`), and ``bench`` of
+  an INT8 build on the device, against the fp32 sibling the build ships (manifest
+  ``float_artifact``; the runner's ``int8_vs_fp32`` event, :func:`interleaved_samples`). The
+  load's drift falls on both alike. Only a bench without a sibling (an older build,
+  ``--no-fp32-sibling``, benchmark_bin) compares two separate runs; its line says so.
 - **No selection on the deciding samples.** Where the build picked the fastest of several INT8
   variants, the samples that picked it overstate it (the best of k noisy medians is biased
   low). :func:`decide_after_selection` times fp32 and the chosen variant again, in fresh
@@ -56,3 +58,18 @@ def interval_text(c) -> str:
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
         return ""
     return f"{(1 - alpha) * 100:g}% interval {1 / hi:.2f}x-{1 / lo:.2f}x"
+
+
+INTERLEAVED = "on this device, interleaved with its fp32 sibling"
+SEPARATE = "on this device, separate runs"
+
+
+def interleaved_samples(result: dict) -> dict[str, list[float]] | None:
+    """A bench result's own interleaved rounds of INT8 and its fp32 sibling ({"fp32", "int8"},
+    ms), or None when it has none."""
+    pair = result.get("int8_vs_fp32") or {}
+    fp32, int8 = pair.get("fp32_samples_ms"), pair.get("int8_samples_ms")
+    if not fp32 or not int8:
+        return None
+    return {"fp32": list(fp32), "int8": list(int8)}
+

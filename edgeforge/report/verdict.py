@@ -108,7 +108,9 @@ def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: f
                 + (f", {acc}" if acc else "") + ": ship fp32")
     elif speed == "not significant":
         ship = "fp32"
-        line = (f"INT8 {speedup:.2f}x of fp32, not significant ({why_not_significant(compare)}) {where}"
+        why = why_not_significant(compare)
+        why += f", {iv}" if iv and "interval" not in why else ""        # every line states its interval
+        line = (f"INT8 {speedup:.2f}x of fp32, not significant ({why}) {where}"
                 + (f", {acc}" if acc else "") + ": no speed-up, ship fp32 unless size matters")
     else:
         ship = "fp32"
@@ -133,27 +135,31 @@ def pair_verdict(pair: Pair) -> Verdict | None:
 
 
 def result_verdict(r: dict, pool: list[dict]) -> tuple[Verdict | None, str]:
-    """The verdict of INT8 bench result ``r`` against its fp32 counterpart in ``pool`` (same
-    model, target, backend, device and runtime): (verdict, "") or (None, why there is none)."""
+    """The verdict of INT8 bench result ``r``: from its own interleaved rounds with the build's
+    fp32 sibling when it has them (:func:`.int8_procedure.interleaved_samples`), else against its
+    fp32 counterpart in ``pool`` (same model, target, backend, device and runtime; a separate
+    run). (verdict, "") or (None, why there is none)."""
     from ..errors import ConfigError
-    from .int8_procedure import decide_results
-    from .pairing import float_counterpart, p50_ms
-
-    ref, why = float_counterpart(r, pool)
-    if ref is None:
-        return None, why
     from .figure import task_figure
+    from .int8_procedure import INTERLEAVED, SEPARATE, decide, decide_results, interleaved_samples
+    from .pairing import float_counterpart, p50_ms
 
     drift = r.get("drift") or {}
     fig = task_figure(drift)
     drop = fig.drop if fig is not None else None
+    acc = {"accuracy_drop": drop, "cosine": drift.get("cosine") if drop is None else None,
+           "metric": fig.name if fig is not None else "accuracy"}
+    rounds = interleaved_samples(r)
+    if rounds is not None:
+        return int8_verdict(decide(rounds["fp32"], rounds["int8"]), where=INTERLEAVED, **acc), ""
+    ref, why = float_counterpart(r, pool)
+    if ref is None:
+        return None, why
     try:
         c = decide_results(ref, r, labels=("fp32", "int8"))
     except ConfigError as exc:
         return None, f"not compared: {exc.one_line()}"
-    return int8_verdict(c, speedup=p50_ms(ref) / p50_ms(r), accuracy_drop=drop,
-                        cosine=drift.get("cosine") if drop is None else None,
-                        metric=fig.name if fig is not None else "accuracy"), ""
+    return int8_verdict(c, speedup=p50_ms(ref) / p50_ms(r), where=SEPARATE, **acc), ""
 
 
 def choose(candidates: list[dict]) -> dict:

@@ -17,11 +17,12 @@ from .limits import refuse_spec
 from .metrics import DRIFT_BATCH, drift_metrics, jsonable, packed_outputs, reduce_outputs
 from .placement import onnx_placement
 from .postprocess import postprocess
-from .predictors import ENGINE_CACHE, applied_settings, load_twice, make_predictor, predict_all, predict_per_batch_size
+from .predictors import (ENGINE_CACHE, applied_settings, lite_predictor, load_twice, make_predictor, onnx_predictor,
+                         predict_all, predict_per_batch_size)
 from .profile import op_profile
 from .protocol import EXIT_DIGEST, EXIT_OK, EXIT_RUNTIME_MISSING, Interrupted, RUNNER_VERSION, RuntimeMissing, import_runtime, interruptible, needed_runtime, note_in_lease, check_files, emit
 from .reference import load_reference
-from .timing import benchmark_bin_measure, measure, timed
+from .timing import INTERLEAVED_WARMUPS, benchmark_bin_measure, interleaved_rounds, measure, timed
 
 
 def bench(build_dir, spec):
@@ -115,6 +116,9 @@ def bench_events(build_dir, spec):
     after = fingerprint()
     emit("latency", **lat)
     emit("fingerprint", when="after", fingerprint=after)
+    if spec.get("baseline") and needed != "benchmark_bin":      # an INT8 build and its fp32 sibling
+        emit("interleaving", rounds=int(spec.get("runs", 100)))
+        emit("int8_vs_fp32", **sibling_rounds(spec, build_dir, one, (threads, power_mode)))
     if spec.get("end_to_end"):
         code = e2e_event(spec, build_dir, run, feeds, (threads, power_mode))
         if code:
@@ -125,6 +129,30 @@ def bench_events(build_dir, spec):
         drift(spec, build_dir, run, (feeds, ref, labels), (threads, power_mode))
     emit("done", time=time.time())
     return EXIT_OK
+
+
+def sibling_rounds(spec, build_dir, one, settings):
+    """The ``int8_vs_fp32`` event's fields: the artifact (INT8) and ``spec["baseline"]`` (the build's
+    fp32 sibling) in fresh predictors, intra-op spinning off (sessions side by side spin against
+    each other otherwise: TOOLCHAIN item 18), timed in ``spec["runs"]`` interleaved rounds."""
+    threads, power_mode = settings
+    rt = spec.get("runtime", {})
+
+    def make(rel):
+        path = os.path.join(build_dir, rel)
+        if spec.get("backend") == "onnx":
+            return onnx_predictor(path, threads, rt.get("execution_providers"), rt.get("provider_options"),
+                                  os.path.join(build_dir, ENGINE_CACHE), spinning=False)
+        return lite_predictor(path, threads, power_mode, [i["name"] for i in spec["inputs"]])
+
+    warmups = spec.get("warmups", "auto")
+    warmups = INTERLEAVED_WARMUPS if warmups == "auto" else min(int(warmups), INTERLEAVED_WARMUPS)
+    rounds = int(spec.get("runs", 100))
+    runs = {"fp32": make(spec["baseline"]["path"]), "int8": make(spec["artifact"]["path"])}
+    got = interleaved_rounds(runs, one, warmups, rounds)
+    return {"fp32_samples_ms": got["fp32"], "int8_samples_ms": got["int8"], "rounds": rounds,
+            "warmups": warmups, "spinning": False if spec.get("backend") == "onnx" else None,
+            "order": "rotating each round", "baseline": spec["baseline"]["path"]}
 
 
 def e2e_event(spec, build_dir, run, feeds, settings):

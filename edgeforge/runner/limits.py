@@ -86,6 +86,9 @@ def _check_bench(spec):
     w = spec.get("warmups", "auto")
     if w is not None and w != "auto" and not _count(w, 0, MAX_RUNS):
         return "warmups %r: 'auto' or a count from 0 to %d" % (w, MAX_RUNS)
+    base = spec.get("baseline")
+    if base is not None and (not isinstance(base, dict) or base.get("path") not in (spec.get("files") or {})):
+        return "baseline must be an object whose path is one of files (its sha256 checked)"
     e2e = spec.get("end_to_end")
     if e2e is not None:
         if not isinstance(e2e, dict) or not isinstance(e2e.get("images"), list):

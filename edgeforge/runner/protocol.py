@@ -11,7 +11,7 @@ import sys
 import time
 
 
-RUNNER_VERSION = 5              # 5: end_to_end (bench --end-to-end), [postprocess] answers
+RUNNER_VERSION = 6              # 6: int8_vs_fp32 (an INT8 build and its fp32 sibling, interleaved)
 EVENT_PREFIX = "@@edgeforge "
 EXIT_OK, EXIT_USAGE, EXIT_DIGEST, EXIT_RUNTIME_MISSING, EXIT_RUNTIME_FAILED = 0, 2, 3, 4, 5
 EXIT_BUILD = 7

@@ -65,6 +65,26 @@ def measure(once, warmups, runs):
     return {"warmups": len(warm), "warmup_stable": stable, "warmup_ms": warm, "samples_ms": samples}
 
 
+INTERLEAVED_WARMUPS = 10        # per model, before the interleaved rounds, when warmups are "auto"
+
+
+def interleaved_rounds(runs, one, warmups, rounds):
+    """Time several predictors (``runs``: name -> run) in interleaved rounds at batch 1: round i
+    times each once, the order rotating every round, so the device's drift falls on all alike
+    (``edgeforge.quant.speed.interleaved`` does the same on the host). Returns name -> samples."""
+    names = list(runs)
+    onces = {n: timed(r, one) for n, r in runs.items()}
+    for _ in range(int(warmups)):
+        for n in names:
+            onces[n]()
+    out = {n: [] for n in names}
+    for i in range(int(rounds)):
+        k = i % len(names)
+        for n in names[k:] + names[:k]:
+            out[n].append(onces[n]())
+    return out
+
+
 # ---------------------------------------------------------------- benchmark_bin
 
 _POWER_MODES = {"LITE_POWER_HIGH": 0, "LITE_POWER_LOW": 1, "LITE_POWER_FULL": 2, "LITE_POWER_NO_BIND": 3,

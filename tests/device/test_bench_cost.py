@@ -118,6 +118,23 @@ def test_a_segmenter_bench_sends_its_artifact_and_8_mb_once(cli, lab, segmenter)
     second, third = sorted((read_result(p) for p in lab.result_files() if read_result(p)["created_at"]
                             != first["created_at"]), key=lambda r: r["created_at"])
     assert second["transfer"]["uploaded_bytes"] == 0
-    assert third["transfer"]["files"] == ["model.onnx"], third["transfer"]
+    sib = int8.manifest["float_artifact"]          # the float model the INT8 build was quantized from
+    assert set(third["transfer"]["files"]) <= {"model.onnx", sib["path"]}, third["transfer"]
     assert {ref["inputs"], ref["outputs"]} <= set(third["transfer"]["linked"])
     assert int8.manifest["reference"]["inputs"] == ref["inputs"]
+    # its fp32 sibling goes along (linked when the device holds it by sha256: the fp32 build's own
+    # artifact when the two exports agree byte for byte) and is timed with the INT8 model in
+    # interleaved rounds on the device; the verdict comes from them
+    assert sib["path"] in third["transfer"]["files"] + third["transfer"]["linked"]
+    assert third["transfer"]["uploaded_bytes"] <= int8.manifest["artifact"]["size_bytes"] + sib["size_bytes"]
+    pair = third["int8_vs_fp32"]
+    assert pair["rounds"] == 5 and len(pair["fp32_samples_ms"]) == len(pair["int8_samples_ms"]) == 5
+    assert pair["fp32_sha256"] == sib["sha256"] and pair["spinning"] is False
+    assert "verdict: INT8 " in out and "on this device, interleaved with its fp32 sibling" in " ".join(out.split())
+    # without the sibling: the INT8 run alone, its verdict against the fp32 run above, "separate runs"
+    code, out, err = cli("bench", int8.out_dir, "--device", "local", "--inventory", inv, "--results", lab.results,
+                         "--runs", "5", "--no-fp32-sibling")
+    assert code == 0, err
+    fourth = max((read_result(p) for p in lab.result_files()), key=lambda r: r["created_at"])
+    assert "int8_vs_fp32" not in fourth and fourth["transfer"]["uploaded_bytes"] == 0
+    assert "on this device, separate runs" in " ".join(out.split())

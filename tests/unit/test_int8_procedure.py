@@ -4,6 +4,8 @@ a few percent between two separate runs of the same model."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from result_factory import make_result
 
 from edgeforge.report.compare import compare_samples
 from edgeforge.report.int8_procedure import MIN_EFFECT, decide, decide_after_selection, interval_text
@@ -87,3 +89,64 @@ def test_the_fastest_of_several_is_decided_on_fresh_rounds():
     one = rounds({"fp32": 1.0, "int8": 0.8}, seed=5)
     decided, fresh = decide_after_selection(one, "int8", None)
     assert not fresh and decided == {"fp32": one["fp32"], "int8": one["int8"]}
+
+
+def _bench_result(rounds_ms: dict[str, list[float]] | None, samples_ms: list[float], precision: str = "int8") -> dict:
+    """A bench result (tests/result_factory.py's shape) with the device's interleaved rounds."""
+    r = make_result(precision=precision, samples=samples_ms)
+    if rounds_ms is not None:
+        r["int8_vs_fp32"] = {"fp32_samples_ms": rounds_ms["fp32"], "int8_samples_ms": rounds_ms["int8"],
+                             "rounds": len(rounds_ms["fp32"])}
+    return r
+
+
+def test_bench_decides_on_its_own_interleaved_rounds_not_on_an_earlier_run():
+    """An INT8 bench that timed its fp32 sibling in interleaved rounds on the device decides on
+    them, with the same procedure as the build, and says so; an earlier fp32 run in the pool that
+    ran under another load (here 30 % slower: it would read as a speed-up) is not used. Without
+    the rounds, the pool's run decides and the line says "separate runs"."""
+    from edgeforge.report.verdict import result_verdict
+
+    for seed in range(6):
+        same = rounds({"fp32": 1.0, "int8": 1.0}, seed=seed)
+        stale_fp32 = _bench_result(None, separate_run(1.3, 1.0, seed=seed + 50), precision="fp32")
+        int8 = _bench_result(same, separate_run(1.0, 1.0, seed=seed + 60))
+        v, why = result_verdict(int8, [stale_fp32])
+        assert why == "" and v.speed == "not significant", v.line
+        assert "on this device, interleaved with its fp32 sibling" in v.line and "interval" in v.line
+        build = int8_verdict(decide(*rounds({"fp32": 1.0, "int8": 1.0}, seed=seed + 7).values()), where="on the host")
+        assert agree_or_not_significant(build, v)
+        old, _ = result_verdict(_bench_result(None, int8["samples_ms"]), [stale_fp32])
+        assert old.speed == "faster" and "on this device, separate runs" in old.line
+    fast = rounds({"fp32": 1.0, "int8": 1 / 1.4}, seed=9)
+    v, _ = result_verdict(_bench_result(fast, fast["int8"]), [])     # no fp32 run needed at all
+    assert v.speed == "faster" and v.ship == "int8" and v.speedup == pytest.approx(1.4, rel=0.05)
+
+
+def test_the_runner_interleaves_rounds_rotating_the_order():
+    """The device side: every round times each model once, the first model of a round rotating,
+    after the same warm-ups for each (edgeforge.runner.timing.interleaved_rounds)."""
+    from edgeforge.runner import timing as runner
+
+    calls: list[str] = []
+
+    def model(name):
+        def run(feeds):
+            calls.append(name)
+            return [feeds["x"] * 2]
+        return run
+
+    got = runner.interleaved_rounds({"fp32": model("fp32"), "int8": model("int8")}, {"x": np.ones((1, 2))}, 2, 5)
+    assert calls[:4] == ["fp32", "int8", "fp32", "int8"]               # warm-ups
+    assert calls[4:] == ["fp32", "int8", "int8", "fp32", "fp32", "int8", "int8", "fp32", "fp32", "int8"]
+    assert [len(got[k]) for k in ("fp32", "int8")] == [5, 5] and all(x >= 0 for x in got["fp32"] + got["int8"])
+
+
+def test_the_runner_refuses_a_baseline_it_has_not_checked():
+    from edgeforge.runner import limits as runner
+
+    spec = {"files": {"model.onnx": "0" * 64}, "runs": 5}
+    assert runner._check_bench(dict(spec, baseline={"path": "float/model.onnx"})).startswith("baseline")
+    assert runner._check_bench(dict(spec, baseline="x")).startswith("baseline")
+    assert runner._check_bench(dict(spec, files={**spec["files"], "float/model.onnx": "1" * 64},
+                                    baseline={"path": "float/model.onnx"})) is None

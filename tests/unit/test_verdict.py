@@ -67,7 +67,7 @@ def test_a_real_compare_under_the_threshold_says_so_without_p():
     c = compare_samples(base, [x * 1.005 for x in samples(2.0, n=4000, seed=5)])
     assert c.verdict == "not significant" and c.reason.startswith("below the"), c.reason
     v = int8_verdict(c, accuracy_drop=0.0)
-    assert "under the 1% threshold)" in v.line and "p=" not in v.line, v.line
+    assert "under the 1% threshold, 95% interval " in v.line and "p=" not in v.line, v.line   # states its interval
 
 
 def test_faster_but_over_budget_ships_fp32():

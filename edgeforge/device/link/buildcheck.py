@@ -25,7 +25,7 @@ from ...manifest import MAX_INPUTS, Manifest
 
 FILE_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 MAX_PATH = 255
-PATH_FIELDS = ("artifact.path", "reference.inputs", "reference.outputs")
+PATH_FIELDS = ("artifact.path", "float_artifact.path", "reference.inputs", "reference.outputs")
 
 def _field(manifest: dict, dotted: str):
     value = manifest

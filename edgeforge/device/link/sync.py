@@ -43,9 +43,10 @@ def local_digests(build_dir: Path, manifest: dict, files: dict[str, Path]) -> di
     is not the one its manifest names."""
     digests = {rel: sha256_file(p) for rel, p in files.items()}
     art = manifest["artifact"]
-    if digests[art["path"]] != art["sha256"]:
-        raise ConfigError(f"{Path(build_dir) / art['path']} does not match the sha256 in its manifest",
-                          hint="the build was modified; rebuild it")
+    for doc in (art, manifest.get("float_artifact") or {}):
+        if doc.get("path") in digests and digests[doc["path"]] != doc["sha256"]:
+            raise ConfigError(f"{Path(build_dir) / doc['path']} does not match the sha256 in its manifest",
+                              hint="the build was modified; rebuild it")
     return digests
 
 

@@ -137,6 +137,15 @@ class Bench:
         sync.keep_by_digest(tr, self.manifest, self.settings, local, self.remote_subdir or self.manifest["artifact"]["sha256"],
                             self.transfer["files"])
 
+    def sibling(self) -> dict | None:
+        """The INT8 build's fp32 sibling (manifest ``float_artifact``) that this bench times in
+        interleaved rounds with the artifact, or None (no sibling, benchmark_bin, --no-fp32-sibling)."""
+        m, mo = self.manifest, self.opts.measure
+        if (self.command != "bench" or m["precision"] != "int8" or not m.get("float_artifact")
+                or self.settings.runner != "python" or not mo.fp32_sibling or mo.end_to_end):
+            return None
+        return m["float_artifact"]
+
     def spec(self, digests: dict[str, str]) -> dict:
         m, s = self.manifest, self.settings
         return {"files": digests, "artifact": {"path": m["artifact"]["path"], "sha256": m["artifact"]["sha256"]},
@@ -150,6 +159,7 @@ class Bench:
                 "postprocess": (((m.get("verify") or {}).get("task") or {}).get("settings") or {}).get("postprocess"),
                 "end_to_end": e2e_spec(self.build_dir, m, s.runs) if self.opts.measure.end_to_end else None,
                 "profile": self.opts.measure.profile,
+                "baseline": {"path": self.sibling()["path"]} if self.sibling() else None,
                 "lease": ({"dir": posixpath.join(posixpath.dirname(self.remote_dir), ".lease"), "token": self.lease.token}
                           if self.lease is not None and self.remote_dir else None)}
 
@@ -163,7 +173,9 @@ class Bench:
                           f"({self.settings.warmups} warmups, {self.settings.runs} runs)",
                "latency": "end to end: decode, pre-process, infer, post-process per image"
                           if self.opts.measure.end_to_end else "evaluation set: accuracy drift",
-               "end_to_end": "evaluation set: accuracy drift", "done": "done"}.get(name)
+               "end_to_end": "evaluation set: accuracy drift",
+               "interleaving": f"INT8 and its fp32 sibling: {ev.get('rounds')} interleaved rounds",
+               "int8_vs_fp32": "evaluation set: accuracy drift", "done": "done"}.get(name)
         if msg:
             self.on_step("run", msg)
 
@@ -223,6 +235,7 @@ class Bench:
     def _phase(self) -> str:
         return {"nothing": "start-up", "start": "the file check", "files": "runtime start-up",
                 "fingerprint": "runtime start-up", "runtime": "the timed runs", "latency": "the drift pass",
+                "interleaving": "the interleaved rounds (INT8 and fp32)", "int8_vs_fp32": "the drift pass",
                 "drift": "shut-down"}.get(self.partial.last, self.partial.last)
 
     def _raise_for_transport(self, r, doing: str) -> None:
@@ -293,6 +306,10 @@ class Bench:
         e2e = e2e_result(p.first("end_to_end"))
         if e2e:
             result["end_to_end"] = e2e
+        pair = p.first("int8_vs_fp32")
+        if pair:                    # the verdict's samples: this device, interleaved rounds
+            result["int8_vs_fp32"] = {k: v for k, v in pair.items() if k != "event"} | {
+                "fp32_sha256": (m.get("float_artifact") or {}).get("sha256"), "where": "device"}
         prof = p.first("profile")
         if prof:
             result["profile"] = {k: v for k, v in prof.items() if k != "event"}
@@ -343,6 +360,8 @@ class Bench:
     def run(self) -> BenchOutcome:
         check_results_dir(self.results_dir)
         files = build_files(self.build_dir, self.manifest)
+        if self.sibling():
+            files[self.sibling()["path"]] = self.build_dir / self.sibling()["path"]
         if self.opts.measure.end_to_end:
             pipeline_of(self.build_dir)
             files.update(e2e_files(self.build_dir, self.manifest))
