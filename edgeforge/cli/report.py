@@ -121,7 +121,8 @@ def cmd_report(args) -> int:
         for part in clause_wrap(line, con.width):
             con.print(part, markup=False, style="bold")
     for p in s.int8_vs_float:
-        what = f"{fmt.ratio(p.speedup)} vs fp32 {p.float_.id}, {verdict_cell(p)}" if p.float_ else p.note
+        vs = "its fp32 sibling, interleaved" if p.interleaved else f"fp32 {p.float_.id}" if p.float_ else None
+        what = f"{fmt.ratio(p.speedup)} vs {vs}, {verdict_cell(p)}" if vs else p.note
         con.print(f"int8 {p.int8.id}: {what}", markup=False, soft_wrap=False)   # wrapped at the width
     for key in ("markdown", "html", "summary_json"):
         con.print(f"wrote {out[key]}", markup=False)

@@ -66,7 +66,12 @@ SEPARATE = "on this device, separate runs"
 
 def interleaved_samples(result: dict) -> dict[str, list[float]] | None:
     """A bench result's own interleaved rounds of INT8 and its fp32 sibling ({"fp32", "int8"},
-    ms), or None when it has none."""
+    ms), or None when it has none, or when they come from an emulated device (emulated timings are
+    not performance figures: such a run is compared as separate runs are, and refused)."""
+    from .pairing import emulated
+
+    if emulated(result):
+        return None
     pair = result.get("int8_vs_fp32") or {}
     fp32, int8 = pair.get("fp32_samples_ms"), pair.get("int8_samples_ms")
     if not fp32 or not int8:

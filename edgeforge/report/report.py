@@ -13,7 +13,7 @@ from .. import __version__
 from ..errors import ConfigError
 from ..fsutil import check_ours, json_safe, writable_dir, write_files_atomic
 from .compare import ALPHA, MIN_CHANGE
-from .int8_procedure import MIN_EFFECT, decide_results
+from .int8_procedure import MIN_EFFECT, decide, decide_results, interleaved_samples
 from .pairing import fingerprint_id, float_counterpart, label, model_name, p50_ms, precision, short, stable_fingerprint
 from .load import load_results
 from ..results.report_doc import (REPORT_SCHEMA, ArtifactDoc, CompareDoc, Conditions, Entry, EntryArtifact, EntryDevice,
@@ -146,6 +146,21 @@ def _profile(t: BenchResult) -> dict | None:
             "qdq_share": qdq_share(prof.model_dump(mode="json"))}
 
 
+def _from_rounds(pair: Pair, r: dict, run_id: str) -> None:
+    """An INT8 run timed in interleaved rounds with its build's fp32 sibling is judged on those
+    rounds, as bench judged it (report/int8_procedure.py): a separate fp32 run, where there is
+    one, stays in the row for its p50 and size, not for the verdict."""
+    import statistics
+
+    rounds = interleaved_samples(r)
+    if rounds is None:
+        return
+    c = decide(rounds["fp32"], rounds["int8"], labels=("fp32 sibling", f"int8 {run_id}"))
+    pair.compare = CompareDoc.model_validate(c.to_dict())
+    pair.speedup = statistics.median(rounds["fp32"]) / statistics.median(rounds["int8"])
+    pair.interleaved, pair.note = True, None
+
+
 def _pairs(results: list[dict], typed: list[BenchResult], entries: list[Entry]) -> list[Pair]:
     """Each INT8 run with its fp32 counterpart (or why it has none) and what compare says."""
     out = []
@@ -174,6 +189,7 @@ def _pairs(results: list[dict], typed: list[BenchResult], entries: list[Entry]) 
                     decide_results(ref, r, labels=(f"fp32 {fe.id}", f"int8 {e.id}")).to_dict())
             except ConfigError as exc:
                 pair.note = f"not compared: {exc.one_line()}"
+        _from_rounds(pair, r, e.id)
         v = pair_verdict(pair)
         pair.verdict = VerdictDoc.model_validate(v.to_dict()) if v else None
         out.append(pair)

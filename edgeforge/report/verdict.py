@@ -123,14 +123,16 @@ def int8_verdict(compare=None, *, speedup: float | None = None, accuracy_drop: f
 def pair_verdict(pair: Pair) -> Verdict | None:
     """The verdict of one ``int8_vs_float`` pair of a report summary (None without an fp32
     run); the accuracy is the INT8 run's drift on the device."""
-    if not pair.float_:
+    from .int8_procedure import INTERLEAVED
+
+    if not pair.float_ and not pair.interleaved:
         return None
     emulated = "emulated" in (pair.note or "")
     fig = pair.figure
     drop = fig.drop if fig else pair.accuracy_drop
+    where = INTERLEAVED if pair.interleaved else "on this (emulated) device" if emulated else "on this device"
     return int8_verdict(pair.compare, speedup=pair.speedup, accuracy_drop=drop,
-                        cosine=pair.cosine if drop is None else None,
-                        where="on this (emulated) device" if emulated else "on this device",
+                        cosine=pair.cosine if drop is None else None, where=where,
                         metric=(fig.name if fig else None) or "accuracy")
 
 

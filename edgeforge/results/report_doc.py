@@ -153,6 +153,7 @@ class Pair(_Doc):
     accuracy_drop: Optional[float] = None
     cosine: Optional[float] = None
     verdict: Optional[VerdictDoc] = None
+    interleaved: bool = False     # compare and speedup from the INT8 run's own rounds with its fp32 sibling
 
 
 class FingerprintDoc(_Doc):

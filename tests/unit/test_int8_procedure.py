@@ -150,3 +150,40 @@ def test_the_runner_refuses_a_baseline_it_has_not_checked():
     assert runner._check_bench(dict(spec, baseline="x")).startswith("baseline")
     assert runner._check_bench(dict(spec, files={**spec["files"], "float/model.onnx": "1" * 64},
                                     baseline={"path": "float/model.onnx"})) is None
+
+
+def test_the_report_judges_a_pair_on_its_rounds_as_bench_does(tmp_path):
+    """`edgeforge report` gives the verdict bench gave: an INT8 run with interleaved rounds is
+    judged on them (the stale fp32 run stays in the row for its p50, not for the verdict); the
+    same run without rounds is judged against the fp32 run; rounds from an emulated device are
+    not performance figures and decide nothing."""
+    import json
+
+    from edgeforge.report.report import build_summary
+    from edgeforge.report.verdict import result_verdict
+
+    same = rounds({"fp32": 1.0, "int8": 1.0}, seed=3)
+    stale_fp32 = _bench_result(None, separate_run(1.3, 1.0, seed=53), precision="fp32")
+    int8 = _bench_result(same, separate_run(1.0, 1.0, seed=63))
+
+    def pair_of(*results):
+        loaded = []
+        for i, r in enumerate(results):
+            path = tmp_path / f"r{i}.json"
+            path.write_text(json.dumps(r))
+            loaded.append((path, r))
+        [pair] = build_summary(loaded).int8_vs_float
+        return pair
+
+    p = pair_of(stale_fp32, int8)
+    bench, _ = result_verdict(int8, [stale_fp32])
+    assert p.interleaved and p.float_ is not None and p.verdict.line == bench.line
+    assert p.compare.verdict == "not significant" and "interleaved with its fp32 sibling" in p.verdict.line
+    alone = pair_of(int8)                                   # no fp32 run among the inputs at all
+    assert alone.float_ is None and alone.verdict.line == bench.line
+    plain = {k: v for k, v in int8.items() if k != "int8_vs_fp32"}
+    old = pair_of(stale_fp32, plain)
+    assert not old.interleaved and old.compare.verdict == "faster" and "separate runs" not in old.verdict.line
+    emu = json.loads(json.dumps(int8))
+    emu["device"]["fingerprint"]["emulated"] = "qemu-user"
+    assert pair_of(emu).verdict is None                     # nothing to judge: no fp32 run, rounds emulated
