@@ -204,3 +204,12 @@ if __name__ == "__main__":
             print(p)
     else:
         sys.exit("usage: python tests/result_factory.py DIR | --calibrate")
+
+
+def read_result_doc(path) -> dict:
+    """A result file as written (the document's own keys: a field the runner left out stays out),
+    after :func:`edgeforge.results.schema.read_result` has validated it against its model."""
+    from edgeforge.results.schema import read_result
+
+    read_result(path)
+    return json.loads(Path(path).read_text())

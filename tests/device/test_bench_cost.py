@@ -4,25 +4,17 @@ second time (nor for the INT8 build of the same model: the reference is linked o
 its sha256), drift and mIoU computed on the device, the bench done within the default timeout."""
 from __future__ import annotations
 
-import json
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edgeforge.results.schema import read_result as _read_model
+from result_factory import read_result_doc
 
 pytestmark = pytest.mark.device
 
 CLASSES, SIZE, IMAGES = 21, 128, 16      # 16 x 21 x 128 x 128 x 4 B = 22 MB of float scores
 MB = 1 << 20
-
-
-def read_result(path):
-    """The result as written (the document's own keys), after its model has validated it."""
-    _read_model(path)
-    return json.loads(Path(path).read_text())
 
 FACTORY = '''
 import paddle.nn as nn
@@ -108,7 +100,7 @@ def test_a_segmenter_bench_sends_its_artifact_and_8_mb_once(cli, lab, segmenter)
     inv = lab.inventory()
     code, out, err = cli("bench", fp32.out_dir, "--device", "local", "--inventory", inv, "--results", lab.results)
     assert code == 0, err
-    [first] = [read_result(p) for p in lab.result_files()]
+    [first] = [read_result_doc(p) for p in lab.result_files()]
     art = fp32.manifest["artifact"]["size_bytes"]
     [runner] = [n for rel, n in first["transfer"]["bytes_by_file"].items() if rel.startswith("edgeforge_runner-")]
     assert first["transfer"]["uploaded_bytes"] - runner - art <= 8 * MB, first["transfer"]
@@ -123,7 +115,7 @@ def test_a_segmenter_bench_sends_its_artifact_and_8_mb_once(cli, lab, segmenter)
     code, out, err = cli("bench", int8.out_dir, "--device", "local", "--inventory", inv, "--results", lab.results,
                          "--runs", "5")
     assert code == 0, err
-    second, third = sorted((read_result(p) for p in lab.result_files() if read_result(p)["created_at"]
+    second, third = sorted((read_result_doc(p) for p in lab.result_files() if read_result_doc(p)["created_at"]
                             != first["created_at"]), key=lambda r: r["created_at"])
     assert second["transfer"]["uploaded_bytes"] == 0
     sib = int8.manifest["float_artifact"]          # the float model the INT8 build was quantized from
@@ -143,6 +135,6 @@ def test_a_segmenter_bench_sends_its_artifact_and_8_mb_once(cli, lab, segmenter)
     code, out, err = cli("bench", int8.out_dir, "--device", "local", "--inventory", inv, "--results", lab.results,
                          "--runs", "5", "--no-fp32-sibling")
     assert code == 0, err
-    fourth = max((read_result(p) for p in lab.result_files()), key=lambda r: r["created_at"])
+    fourth = max((read_result_doc(p) for p in lab.result_files()), key=lambda r: r["created_at"])
     assert "int8_vs_fp32" not in fourth and fourth["transfer"]["uploaded_bytes"] == 0
     assert "on this device, separate runs" in " ".join(out.split())

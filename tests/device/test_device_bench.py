@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from edgeforge.device.link.runner_app import runner_app
-from edgeforge.results.schema import SCHEMA, read_result
+from edgeforge.results.schema import SCHEMA
+from result_factory import read_result_doc
 
 pytestmark = pytest.mark.device
 
@@ -30,7 +31,7 @@ def test_full_bench_onnx_int8(cli, lab, builds):
     code, out, err = _bench(cli, lab, builds.onnx)
     assert code == 0, err
     [path] = lab.result_files()
-    r = read_result(path)                       # validates edgeforge.bench/1
+    r = read_result_doc(path)                       # validates edgeforge.bench/1
     m = builds.onnx_manifest
     assert r["schema"] == SCHEMA and r["status"] == "ok"
     assert r["artifact"] == {**r["artifact"], "sha256": m["artifact"]["sha256"], "target": "linux-x86",
@@ -70,7 +71,7 @@ def test_on_device_drift_equals_host_verify(cli, lab, builds):
     figures within 1e-6."""
     code, _, err = _bench(cli, lab, builds.onnx, "--runs", "3")
     assert code == 0, err
-    r = read_result(lab.result_files()[0])
+    r = read_result_doc(lab.result_files()[0])
     m = builds.onnx_manifest
     oracle = _oracle_drift(builds.onnx, m)
     assert oracle["accuracy"] > 0.9 and 0.99 < oracle["cosine"] < 1.0 and oracle["max_abs_error"] > 0
@@ -117,7 +118,7 @@ def test_rebench_uploads_nothing_and_keeps_both_results(cli, lab, builds):
     assert code == 0, err
     files = lab.result_files()
     assert len(files) == 2 and first[0].read_bytes() == before        # never overwritten
-    second = read_result(next(f for f in files if f != first[0]))
+    second = read_result_doc(next(f for f in files if f != first[0]))
     assert second["transfer"]["uploaded_bytes"] == 0 and second["transfer"]["files"] == []
     assert "already held every file" in out
 
@@ -132,7 +133,7 @@ def test_tampered_files_on_device_are_detected_and_uploaded_again(cli, lab, buil
     ref.write_bytes(ref.read_bytes()[:100])                              # truncated
     code, _, err = _bench(cli, lab, builds.onnx, "--runs", "3", inventory=inv)
     assert code == 0, err
-    r = read_result(max(lab.result_files(), key=lambda p: p.stat().st_mtime_ns))
+    r = read_result_doc(max(lab.result_files(), key=lambda p: p.stat().st_mtime_ns))
     assert sorted(r["transfer"]["files"]) == ["model.onnx", "reference/device_outputs.npz"]
     assert r["transfer"]["uploaded_bytes"] == (builds.onnx / "model.onnx").stat().st_size + \
         (builds.onnx / "reference/device_outputs.npz").stat().st_size
@@ -145,7 +146,7 @@ def test_tampered_files_on_device_are_detected_and_uploaded_again(cli, lab, buil
 def test_lite_fp32_bench(cli, lab, builds):
     code, out, err = _bench(cli, lab, builds.lite, "--warmups", "3")
     assert code == 0, err
-    r = read_result(lab.result_files()[0])
+    r = read_result_doc(lab.result_files()[0])
     assert r["runtime"]["name"] == "paddlelite" and r["artifact"]["backend"] == "lite"
     assert r["settings"]["warmups"] == 3 and r["settings"]["warmup_stable"] is None
     assert len(r["samples_ms"]) == 20
@@ -171,7 +172,7 @@ cat <<EOF
     inv = lab.inventory(benchmark_bin=str(stub))
     code, out, err = _bench(cli, lab, builds.lite, "--runs", "4", inventory=inv)
     assert code == 0, err
-    r = read_result(lab.result_files()[0])
+    r = read_result_doc(lab.result_files()[0])
     assert r["settings"]["runner"] == "benchmark_bin"
     assert r["runtime"] == {**r["runtime"], "name": "paddlelite-benchmark_bin", "version": "v2.13-stub"}
     assert r["samples_ms"] == [1.25] * 4
@@ -193,7 +194,7 @@ def test_run_builds_then_benches(cli, lab, builds, tmp_path):
                          "--inventory", lab.inventory(), "--results", lab.results, "--out", tmp_path / "b",
                          "--runs", "3", "--warmups", "1", "-q")
     assert code == 0, err
-    r = read_result(lab.result_files()[0])
+    r = read_result_doc(lab.result_files()[0])
     assert r["artifact"]["sha256"] == builds.onnx_manifest["artifact"]["sha256"]   # same inputs, same artifact
     assert (tmp_path / "b" / "manifest.json").is_file()
 
@@ -238,7 +239,7 @@ def test_results_directory_keeps_every_file_of_the_users(cli, lab, builds, tmp_p
     assert {k: after[k] for k in before} == before and outside.read_text() == '{"mine": true}\n'
     [new] = sorted(set(after) - set(before))
     assert new.endswith("-2.json") and new[:-len("-2.json")] + ".json" in before, new
-    assert read_result(lab.results / new)["status"] == "ok"
+    assert read_result_doc(lab.results / new)["status"] == "ok"
     thesis = tmp_path / "thesis.pdf"
     thesis.write_bytes(b"%PDF-1.7 precious")
     code, _, err = cli("bench", builds.onnx, "--device", "local", "--inventory", lab.inventory(),

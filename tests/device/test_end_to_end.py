@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from task_projects import photo_project
 
-from edgeforge.results.schema import read_result
+from result_factory import read_result_doc
 
 pytestmark = pytest.mark.device
 
@@ -55,7 +55,7 @@ def test_bench_end_to_end_writes_per_stage_figures_and_the_report_draws_them(cli
                          "--results", lab.results, "--runs", "12", "--warmups", "2", "--end-to-end")
     assert code == 0, err + out
     [path] = lab.result_files()
-    e = read_result(path)["end_to_end"]
+    e = read_result_doc(path)["end_to_end"]
     assert e["images"] == 4 and e["runs"] == 12 and e["decoder"] in ("opencv", "pillow")
     for st in STAGES:
         s, raw = e["stages"][st], e["samples_ms"][st]
@@ -91,7 +91,7 @@ def test_without_opencv_the_device_decodes_with_pillow(cli, lab, photo_build):
                          "--results", lab.results, "--runs", "4", "--warmups", "1", "-q", "--end-to-end")
     assert code == 0, err + out
     [path] = lab.result_files()
-    assert read_result(path)["end_to_end"]["decoder"] == "pillow"
+    assert read_result_doc(path)["end_to_end"]["decoder"] == "pillow"
 
 
 def test_a_device_without_pillow_is_one_line_exit_4(cli, lab, photo_build):
@@ -140,6 +140,6 @@ def test_a_folded_build_end_to_end_feeds_the_decoded_bytes(cli, lab, tmp_path_fa
                          "--results", lab.results, "--runs", "4", "--warmups", "1", "-q", "--end-to-end")
     assert code == 0, err + out
     [path] = lab.result_files()
-    r = read_result(path)
+    r = read_result_doc(path)
     assert r["end_to_end"]["runs"] == 4 and r["drift"]["top1_agreement"] == 1.0
     assert r["drift"]["rel_max_abs_error"] <= 1e-4

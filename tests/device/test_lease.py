@@ -13,7 +13,7 @@ import pytest
 
 from edgeforge.device.link.lease import boot_id
 from edgeforge.device.provision.localsshd import children_of
-from edgeforge.results.schema import read_result
+from result_factory import read_result_doc
 
 from devhelpers import run_cli_subprocess
 
@@ -83,7 +83,7 @@ def test_second_bench_is_busy_without_wait_and_waits_with_it(make_fleet, builds)
     assert lines[0].startswith("error: device dev-a: busy: leased by ")
     assert f"pid {first.pid}" in lines[0] and "--wait" in lines[0]
     assert waiter.returncode == 0, w_err
-    results = [read_result(f) for f in fleet.result_files()]
+    results = [read_result_doc(f) for f in fleet.result_files()]
     assert len(results) == 2                       # the busy one wrote nothing
     a, b = _assert_disjoint(results)
     # the waiter waited at least the 1.5 s the test held the device after it connected; the first
@@ -140,7 +140,7 @@ def test_stale_leases_expire(cli, lab, builds):
                  what="edgeforge bench digits@abc", ttl_s=300, acquired=now - 3600, renewed=now - 3600)
     code, _, err = _bench(cli, lab, inv)
     assert code == 0, err
-    [r] = [read_result(f) for f in lab.result_files()]
+    [r] = [read_result_doc(f) for f in lab.result_files()]
     assert r["lease"]["broke"]["holder"]["host"] == "ci-runner-7"
     assert "over its TTL of 300s" in r["lease"]["broke"]["reason"]
     # a crashed run on this machine: fresh timestamp, but its process is gone
@@ -150,7 +150,7 @@ def test_stale_leases_expire(cli, lab, builds):
                  user="me", ttl_s=300, acquired=time.time(), renewed=time.time())
     code, _, err = _bench(cli, lab, inv)
     assert code == 0, err
-    newest = max((read_result(f) for f in lab.result_files()), key=lambda r: r["lease"]["acquired_at"])
+    newest = max((read_result_doc(f) for f in lab.result_files()), key=lambda r: r["lease"]["acquired_at"])
     assert newest["lease"]["broke"]["holder"]["token"] == "t-dead"
     assert f"pid {dead.pid} on this machine) is gone" in newest["lease"]["broke"]["reason"]
     assert not (lab.workdir / ".lease").exists()

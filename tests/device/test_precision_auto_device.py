@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from edgeforge.results.schema import read_result
+from result_factory import read_result_doc
 
 pytestmark = pytest.mark.device
 
@@ -17,7 +17,7 @@ def test_run_precision_auto_benches_each_candidate_and_keeps_one(cli, lab, build
                          "--inventory", lab.inventory(), "--results", lab.results, "--precision", "auto",
                          "--out", tmp_path / "b", "--runs", "30", "--warmups", "2", "-q")
     assert code == 0, err
-    results = [read_result(p) for p in lab.result_files()]
+    results = [read_result_doc(p) for p in lab.result_files()]
     assert sorted(r["precision_auto"]["candidate"] for r in results) == ["fp16", "fp32", "int8"]
     assert len({r["precision_auto"]["id"] for r in results}) == 1
     decision = json.loads((tmp_path / "b" / "decision.json").read_text())

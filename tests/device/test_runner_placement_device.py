@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeforge.results.schema import read_result
+from result_factory import read_result_doc
 
 pytestmark = pytest.mark.device
 
@@ -17,7 +17,7 @@ def _bench(cli, lab, build):
 def test_an_onnx_result_records_load_time_and_placement(cli, lab, builds):
     code, _, err = _bench(cli, lab, builds.onnx)
     assert code == 0, err
-    r = read_result(lab.result_files()[0])
+    r = read_result_doc(lab.result_files()[0])
     load, place = r["runtime"]["load"], r["runtime"]["placement"]
     assert load["first_ms"] > 0 and load["warm_ms"] > 0 and load["engine_cache"] is None   # no TensorRT here
     n = place["nodes"]
@@ -29,6 +29,6 @@ def test_an_onnx_result_records_load_time_and_placement(cli, lab, builds):
 def test_a_lite_result_evaluates_one_batch_size_per_predictor(cli, lab, builds):
     code, _, err = _bench(cli, lab, builds.lite)
     assert code == 0, err
-    r = read_result(lab.result_files()[0])
+    r = read_result_doc(lab.result_files()[0])
     assert r["drift"]["predictors"] == {"64": 1, "28": 1} and r["drift"]["batch"] == 64
     assert r["runtime"]["load"]["warm_ms"] > 0 and "placement" not in r["runtime"]

@@ -6,7 +6,7 @@ import pytest
 
 from edgeforge.device.measure.sweep import default_threads, parse_list
 from edgeforge.errors import ConfigError
-from edgeforge.results.schema import read_result
+from result_factory import read_result_doc
 
 pytestmark = pytest.mark.device
 
@@ -19,7 +19,7 @@ def test_sweep_precision_by_threads(cli, lab, builds, fp32_build, tmp_path, monk
                          "--threads", "1,2", "--runs", "5", "--warmups", "1", "-q",
                          "--gate-accuracy-drop", "5", "--max-accuracy-drop", "5", "--junit", junit)
     assert code == 0, err
-    results = [read_result(f) for f in lab.result_files()]
+    results = [read_result_doc(f) for f in lab.result_files()]
     assert len(results) == 4
     assert len({r["sweep"]["id"] for r in results}) == 1
     points = {(r["sweep"]["point"]["precision"], r["sweep"]["point"]["threads"]) for r in results}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from task_projects import ctc_project
 
-from edgeforge.results.schema import read_result
+from result_factory import read_result_doc
 
 pytestmark = pytest.mark.device
 
@@ -24,7 +24,7 @@ def test_bench_reports_the_task_metric(cli, lab, ctc_build):
                          "--results", lab.results, "--runs", "3", "--max-metric-drop", "100")
     assert code == 0, err + out
     [path] = lab.result_files()
-    r = read_result(path)
+    r = read_result_doc(path)
     t, v = r["drift"]["task"], ctc_build.manifest["verify"]["task"]
     assert (t["kind"], t["metric"]) == ("ctc", "sequence_accuracy")
     assert t["float"] == v["float"]                       # the same float outputs and labels
@@ -67,7 +67,7 @@ def test_postprocess_nms_runs_on_the_device_and_its_detections_are_compared(cli,
                          "--results", lab.results, "--runs", "3")
     assert code == 0, err + out
     [path] = lab.result_files()
-    t = read_result(path)["drift"]["task"]
+    t = read_result_doc(path)["drift"]["task"]
     assert (t["kind"], t["metric"], t["postprocess"]) == ("detection", "map50", "nms")
     assert t["float"] == v["float"]          # the float outputs through the same NMS on the host
     assert t["artifact"] == pytest.approx(v["artifact"], abs=0.02)   # fp32 on the same CPU kind
@@ -118,7 +118,7 @@ def test_nms_moved_out_of_the_graph_runs_on_the_device(cli, lab, tmp_path, monke
                          "--inventory", lab.inventory("box", target="x86-nms-post"))
     assert code == 0, err + out
     [path] = lab.result_files()
-    t = read_result(path)["drift"]["task"]
+    t = read_result_doc(path)["drift"]["task"]
     assert (t["kind"], t["metric"], t["postprocess"]) == ("detection", "map50", "nms")
     assert t["float"] == v["float"]           # Paddle's own NMS rows, as verify read them
     assert t["artifact"] == pytest.approx(v["artifact"], abs=0.02)
