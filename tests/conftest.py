@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,14 @@ from pathlib import Path
 import pytest
 
 os.environ["FLAGS_enable_pir_api"] = "0"
+
+# The signal tests send SIGINT and SIGHUP to edgeforge children, which inherit this process's
+# dispositions. A suite started in the background by a non-interactive shell (`make test &`:
+# SIGINT ignored) or under nohup (SIGHUP ignored) would hand them an ignored signal, which
+# edgeforge rightly keeps ignored (stop_signals). The suite tests the default dispositions.
+for _sig in (signal.SIGINT, signal.SIGHUP):
+    if signal.getsignal(_sig) is signal.SIG_IGN:
+        signal.signal(_sig, signal.default_int_handler if _sig == signal.SIGINT else signal.SIG_DFL)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "digits"

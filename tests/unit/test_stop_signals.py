@@ -59,7 +59,16 @@ def test_a_signal_before_ready_raises_at_once():
             raise AssertionError("not raised at once")
 
 
-def test_a_signal_once_ready_waits_for_the_block_and_is_recorded():
+@pytest.fixture
+def hangup_default():
+    """SIGHUP at its default for the test: under nohup it starts ignored, and a signal ignored
+    when edgeforge starts stays ignored (stop_signals respects it), so it would not be recorded."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, old)
+
+
+def test_a_signal_once_ready_waits_for_the_block_and_is_recorded(hangup_default):
     done = []
     with signals_held_once(lambda: True) as held:
         os.kill(os.getpid(), signal.SIGHUP)
