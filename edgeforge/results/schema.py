@@ -254,6 +254,20 @@ class DeviceRunDoc(Versioned):
     runner_sha256: Optional[SHA256] = None      # the runner zipapp that ran (None: written before it shipped as one)
 
 
+class Int8Rounds(Open):
+    """``int8_vs_fp32``: the INT8 artifact and its build's fp32 sibling timed in interleaved
+    rounds on the device (runner/bench.py); the INT8 verdict of bench and report is decided on
+    them, so they are finite, non-negative and paired."""
+    fp32_samples_ms: list[_MS] = Field(min_length=1, max_length=1_000_000)
+    int8_samples_ms: list[_MS] = Field(min_length=1, max_length=1_000_000)
+
+    @model_validator(mode="after")
+    def _paired(self) -> Int8Rounds:
+        if len(self.fp32_samples_ms) != len(self.int8_samples_ms):
+            raise ValueError("fp32_samples_ms and int8_samples_ms must hold one sample per round each")
+        return self
+
+
 class BenchResult(DeviceRunDoc):
     """One bench run, as written and as read."""
 
@@ -268,6 +282,7 @@ class BenchResult(DeviceRunDoc):
     transfer: Transfer
     end_to_end: Optional[EndToEnd] = None     # bench --end-to-end (an optional section of /1)
     profile: Optional[Profile] = None         # bench --profile (an optional section of /1)
+    int8_vs_fp32: Optional[Int8Rounds] = None   # an INT8 bench with its fp32 sibling (optional in /1)
 
     @model_validator(mode="after")
     def _samples(self) -> BenchResult:

@@ -187,3 +187,25 @@ def test_the_report_judges_a_pair_on_its_rounds_as_bench_does(tmp_path):
     emu = json.loads(json.dumps(int8))
     emu["device"]["fingerprint"]["emulated"] = "qemu-user"
     assert pair_of(emu).verdict is None                     # nothing to judge: no fp32 run, rounds emulated
+
+
+@pytest.mark.parametrize("rounds_doc", [{"fp32_samples_ms": ["x"], "int8_samples_ms": [1.0]},
+                                        {"fp32_samples_ms": [-1.0], "int8_samples_ms": [1.0]},
+                                        {"fp32_samples_ms": [1.0, 2.0], "int8_samples_ms": [1.0]},
+                                        "boom"])
+def test_crafted_rounds_are_exit_2_naming_the_field(tmp_path, rounds_doc):
+    """The rounds decide a verdict, so `report` parses them by their model first: a crafted
+    int8_vs_fp32 is exit 2 naming the file and the field, never an internal error."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    r = make_result(precision="int8")
+    r["int8_vs_fp32"] = rounds_doc
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(r))
+    res = subprocess.run([str(Path(sys.executable).with_name("edgeforge")), "report", str(path), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "int8_vs_fp32" in res.stderr and str(path) in res.stderr and "internal error" not in res.stderr
