@@ -72,9 +72,11 @@ def drop_to_fit(heads: list[str], rows: list[list[str]], optional: Sequence[str]
 def clause_wrap(text: str, width: int, indent: str = "  ") -> list[str]:
     """``text`` as lines of at most ``width`` characters where its clauses allow: broken only
     after ``"; "`` or ``": "``, and on the first line only once it holds half the width (a short lead such
-    as ``failed: dev-a (busy): busy: `` stays with what follows); a clause longer than a line
-    stays whole."""
-    pieces = re.findall(r".+?(?:; |: |$)", text)
+    as ``failed: dev-a (busy): busy: `` stays with what follows); a clause longer than a line is
+    broken after its ``", "``, and a part of it longer than a line stays whole."""
+    pieces = [part for clause in re.findall(r".+?(?:; |: |$)", text)
+              for part in (re.findall(r".+?(?:, |$)", clause) if len(clause) > width - len(indent) else [clause])
+              if part]
     lines: list[str] = []
     line = ""
     for piece in pieces:

@@ -133,6 +133,16 @@ def test_clause_wrap_never_breaks_inside_a_clause():
     assert "  now marked unhealthy after 3 consecutive failed benches;" in lines
 
 
+def test_clause_wrap_breaks_a_clause_longer_than_a_line_after_its_commas():
+    text = ("digits/linux-x86 on local: INT8 0.83x of fp32 (slower) on this device, interleaved with "
+            "its fp32 sibling (95% interval 0.62x-0.93x), top-1 accuracy drop 0.0 points: ship fp32; "
+            "--precision auto picks fp32")
+    lines = clause_wrap(text, 80)
+    assert all(len(ln) <= 80 for ln in lines), lines
+    assert " ".join(ln.strip() for ln in lines) == text
+    assert lines[0].endswith("on this device,")
+
+
 def test_path_cells_choose_by_width(tmp_path):
     p = tmp_path / NAME
     assert path_cells([p], 10, 200) == ([str(p)], None)
